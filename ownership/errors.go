@@ -1,0 +1,45 @@
+package ownership
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Test for them with errors.Is: the errors returned carry
+// more detail (see StaleTokenError).
+var (
+	// ErrStaleToken: the resource has already accepted or fenced a higher
+	// token for the partition. The writer is no longer the owner.
+	ErrStaleToken = errors.New("tenure: stale token")
+	// ErrBadMAC: the token's MAC does not verify under any cluster key.
+	ErrBadMAC = errors.New("tenure: token authentication failed")
+	// ErrMalformedToken: bytes or text that do not decode to a token.
+	ErrMalformedToken = errors.New("tenure: malformed token")
+	// ErrLeaseEnded: the lease was revoked or released; its token may
+	// already be fenced out.
+	ErrLeaseEnded = errors.New("tenure: lease ended")
+	// ErrConflict: an authority's conditional claim lost a race with another
+	// claimant; the caller may retry with what it has now seen.
+	ErrConflict = errors.New("tenure: concurrent claim")
+	// ErrPartitionRange: a partition number outside what the fence or
+	// authority was built for.
+	ErrPartitionRange = errors.New("tenure: partition out of range")
+)
+
+// StaleTokenError is returned when a token is lower than the partition's
+// high-water mark at the resource. It carries both, so the former owner
+// learns who holds the partition now. errors.Is(err, ErrStaleToken) holds.
+type StaleTokenError struct {
+	Token   Token // the token that was rejected
+	Current Token // the partition's high-water mark at the resource
+}
+
+func (e *StaleTokenError) Error() string {
+	return fmt.Sprintf("tenure: stale token %v: resource holds %v", e.Token, e.Current)
+}
+
+// Is makes errors.Is(err, ErrStaleToken) true.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// Stale builds the error for token t rejected in favour of current.
+func Stale(t, current Token) error { return &StaleTokenError{Token: t, Current: current} }
