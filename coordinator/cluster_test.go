@@ -1,0 +1,478 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ring"
+)
+
+// testPartitions keeps cluster tests quick; the algorithm is the same at 271.
+const testPartitions = 32
+
+// gatedHandler is the handler a well-behaved application writes: writes to
+// a partition hold its gate open for reading; Release closes the gate,
+// waiting for writes in flight (the drain), so no write of the old owner can
+// land after the release is published.
+type gatedHandler struct {
+	mu       [testPartitions]sync.RWMutex
+	open     [testPartitions]bool
+	acquired atomic.Int64
+	released atomic.Int64
+}
+
+func (h *gatedHandler) Acquire(ctx context.Context, l *ownership.Lease) error {
+	p := l.Partition()
+	h.mu[p].Lock()
+	h.open[p] = true
+	h.mu[p].Unlock()
+	h.acquired.Add(1)
+	return nil
+}
+
+func (h *gatedHandler) Release(ctx context.Context, l *ownership.Lease) error {
+	p := l.Partition()
+	h.mu[p].Lock()
+	h.open[p] = false
+	h.mu[p].Unlock()
+	h.released.Add(1)
+	return nil
+}
+
+// write runs fn with the partition's gate open, or reports false.
+func (h *gatedHandler) write(p uint32, fn func()) bool {
+	h.mu[p].RLock()
+	defer h.mu[p].RUnlock()
+	if !h.open[p] {
+		return false
+	}
+	fn()
+	return true
+}
+
+type testNode struct {
+	name string
+	c    *Coordinator
+	h    *gatedHandler
+}
+
+type testCluster struct {
+	t     *testing.T
+	fence *ownership.MemoryFence
+	seed  string
+	mu    sync.Mutex
+	nodes map[string]*testNode
+	tweak func(*Config)
+}
+
+func newTestCluster(t *testing.T, tweak func(*Config)) *testCluster {
+	t.Helper()
+	f, err := ownership.NewMemoryFence(testPartitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &testCluster{t: t, fence: f, nodes: map[string]*testNode{}, tweak: tweak}
+	t.Cleanup(func() {
+		for _, n := range tc.all() {
+			n.c.Close()
+		}
+	})
+	return tc
+}
+
+func testConfig(name string) Config {
+	cfg := LocalConfig()
+	cfg.Name = name
+	cfg.Ring = ring.Config{Partitions: testPartitions, VirtualNodes: ring.DefaultConfig().VirtualNodes, Load: ring.DefaultConfig().Load}
+	cfg.Rand = rand.New(rand.NewPCG(uint64(len(name)), uint64(time.Now().UnixNano())))
+	return cfg
+}
+
+// start starts a node and joins it to the first node started.
+func (tc *testCluster) start(ctx context.Context, name string) *testNode {
+	tc.t.Helper()
+	h := &gatedHandler{}
+	cfg := testConfig(name)
+	cfg.Handler = h
+	cfg.Fence = tc.fence
+	cfg.ServiceAddr = "svc-" + name
+	if tc.seed != "" {
+		cfg.Seeds = []string{tc.seed}
+	}
+	if tc.tweak != nil {
+		tc.tweak(&cfg)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		tc.t.Fatal(err)
+	}
+	if tc.seed == "" {
+		tc.seed = c.GossipAddr()
+	}
+	n := &testNode{name: name, c: c, h: h}
+	tc.mu.Lock()
+	tc.nodes[name] = n
+	tc.mu.Unlock()
+	return n
+}
+
+func (tc *testCluster) all() []*testNode {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	var out []*testNode
+	for _, n := range tc.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
+func (tc *testCluster) remove(name string) *testNode {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	n := tc.nodes[name]
+	delete(tc.nodes, name)
+	return n
+}
+
+func (tc *testCluster) node(name string) *testNode {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return tc.nodes[name]
+}
+
+// waitConverged waits until every live node sees all of them, agrees on the
+// table, and holds exactly its own partitions.
+func (tc *testCluster) waitConverged(ctx context.Context) {
+	tc.t.Helper()
+	for {
+		err := tc.checkConverged()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tc.t.Fatalf("cluster did not converge: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (tc *testCluster) checkConverged() error {
+	nodes := tc.all()
+	var fp uint64
+	for i, n := range nodes {
+		t := n.c.Table()
+		if t == nil || t.Len() != len(nodes) {
+			return fmt.Errorf("%s sees %d members, want %d", n.name, t.Len(), len(nodes))
+		}
+		if i == 0 {
+			fp = t.Fingerprint()
+		} else if t.Fingerprint() != fp {
+			return fmt.Errorf("%s has another table", n.name)
+		}
+		if !n.c.converged() {
+			return fmt.Errorf("%s not settled", n.name)
+		}
+	}
+	// Every partition is held, at the fence, by its ring owner.
+	for p := range testPartitions {
+		owner := nodes[0].c.Table().Owner(p)
+		if cur := tc.fence.Current(uint32(p)); cur.Owner != owner {
+			return fmt.Errorf("partition %d fenced by %q, ring owner %q", p, cur.Owner, owner)
+		}
+	}
+	return nil
+}
+
+// writer keeps writing through the public API: find the key's owner, take
+// its lease and write under the lease's token at the fence, exactly as an
+// application would. It counts writes the fence rejected as stale.
+type writer struct {
+	tc       *testCluster
+	acked    atomic.Int64
+	rejected atomic.Int64
+	retries  atomic.Int64
+}
+
+func (w *writer) run(ctx context.Context, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 1))
+	for ctx.Err() == nil {
+		nodes := w.tc.all()
+		if len(nodes) == 0 {
+			return
+		}
+		key := fmt.Appendf(nil, "key-%d", r.IntN(1000))
+		info, err := nodes[r.IntN(len(nodes))].c.Owner(key)
+		owner := w.tc.node(info.Node)
+		if err != nil || owner == nil {
+			w.retries.Add(1)
+			continue
+		}
+		lease, err := owner.c.Lease(key)
+		if err != nil {
+			w.retries.Add(1)
+			continue
+		}
+		var werr error
+		ok := owner.h.write(lease.Partition(), func() {
+			werr = w.tc.fence.Do(ctx, lease.Token(), ownership.Exact, func() error { return nil })
+		})
+		switch {
+		case !ok:
+			w.retries.Add(1)
+		case errors.Is(werr, ownership.ErrStaleToken):
+			w.rejected.Add(1)
+			owner.c.ReportStale(werr)
+		case werr == nil:
+			w.acked.Add(1)
+		}
+	}
+}
+
+func TestClusterJoinConverges(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, nil)
+	for i := range 3 {
+		tc.start(ctx, fmt.Sprintf("n%d", i))
+	}
+	tc.waitConverged(ctx)
+	// A fourth joins: partitions move to it, and only those change epoch.
+	before := map[int]ownership.Token{}
+	for p := range testPartitions {
+		before[p] = tc.fence.Current(uint32(p))
+	}
+	tc.start(ctx, "n3")
+	tc.waitConverged(ctx)
+	moved := 0
+	for p := range testPartitions {
+		now := tc.fence.Current(uint32(p))
+		if now.Owner == "n3" {
+			moved++
+			if now.Epoch <= before[p].Epoch {
+				t.Errorf("partition %d moved without a new epoch: %v -> %v", p, before[p], now)
+			}
+		} else if now != before[p] {
+			t.Errorf("partition %d changed epoch without changing owner: %v -> %v", p, before[p], now)
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no partition moved to the new node")
+	}
+	// The Owner answer names the owner's service address and token.
+	n0 := tc.node("n0")
+	info, err := n0.c.Owner([]byte("some key"))
+	if err != nil || info.Addr != "svc-"+info.Node || info.Token.Owner != info.Node {
+		t.Fatalf("Owner = %+v, %v", info, err)
+	}
+	if _, err := tc.node(info.Node).c.Lease([]byte("some key")); err != nil {
+		t.Fatalf("owner has no lease: %v", err)
+	}
+	other := "n0"
+	if info.Node == "n0" {
+		other = "n1"
+	}
+	_, err = tc.node(other).c.Lease([]byte("some key"))
+	var noe *NotOwnerError
+	if !errors.As(err, &noe) || noe.Owner.Node != info.Node {
+		t.Fatalf("non-owner Lease error = %v, want NotOwnerError naming %s", err, info.Node)
+	}
+}
+
+func TestClusterGracefulLeaveHasNoRejectedWrites(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, nil)
+	for i := range 4 {
+		tc.start(ctx, fmt.Sprintf("n%d", i))
+	}
+	tc.waitConverged(ctx)
+	handoff, rejected, acked := gracefulLeave(ctx, t, tc, "n2")
+	if rejected != 0 {
+		t.Fatalf("%d writes rejected during a graceful leave, want 0", rejected)
+	}
+	if acked == 0 {
+		t.Fatal("the writer made no write")
+	}
+	t.Logf("handoff %v, %d writes", handoff, acked)
+}
+
+// gracefulLeave makes name leave under continuous writes and returns the
+// time until the rest converged, and the writer's counts.
+func gracefulLeave(ctx context.Context, t *testing.T, tc *testCluster, name string) (time.Duration, int64, int64) {
+	w := &writer{tc: tc}
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(wctx, uint64(i))
+		}()
+	}
+	waitFor(ctx, t, "writes before the leave", func() bool { return w.acked.Load() > 100 })
+	leaver := tc.node(name)
+	start := time.Now()
+	tc.remove(name)
+	if err := leaver.c.Leave(ctx); err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	tc.waitConverged(ctx)
+	elapsed := time.Since(start)
+	base := w.acked.Load()
+	waitFor(ctx, t, "writes after the leave", func() bool { return w.acked.Load() > base+100 })
+	stop()
+	wg.Wait()
+	return elapsed, w.rejected.Load(), w.acked.Load()
+}
+
+func TestClusterCrashFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, nil)
+	for i := range 3 {
+		tc.start(ctx, fmt.Sprintf("n%d", i))
+	}
+	tc.waitConverged(ctx)
+	owned := tc.node("n1").h.acquired.Load()
+	if owned == 0 {
+		t.Fatal("n1 owns nothing")
+	}
+	crashed := tc.remove("n1")
+	crashed.c.Close() // no Leave: a crash
+	tc.waitConverged(ctx)
+	for p := range testPartitions {
+		if cur := tc.fence.Current(uint32(p)); cur.Owner == "n1" {
+			t.Fatalf("partition %d still fenced by the crashed node", p)
+		}
+	}
+	// The crashed node's leases ended with it.
+	if n, _ := crashed.c.Lease([]byte("x")); n != nil {
+		t.Fatal("a closed coordinator still returns a lease")
+	}
+}
+
+func TestClusterRestartWithNewIncarnation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, nil)
+	for i := range 3 {
+		tc.start(ctx, fmt.Sprintf("n%d", i))
+	}
+	tc.waitConverged(ctx)
+	old := tc.remove("n2")
+	oldInc := old.c.Self().Incarnation
+	old.c.Close()
+	tc.waitConverged(ctx)
+	// Same name, new process: a new incarnation on a new port.
+	n := tc.start(ctx, "n2")
+	if n.c.Self().Incarnation == oldInc {
+		t.Fatal("restart reused the incarnation")
+	}
+	tc.waitConverged(ctx)
+	for p := range testPartitions {
+		if cur := tc.fence.Current(uint32(p)); cur.Owner == "n2" && cur.Incarnation != n.c.Self().Incarnation {
+			t.Fatalf("partition %d fenced by the old incarnation", p)
+		}
+	}
+}
+
+func TestOtherClusterRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, nil)
+	tc.start(ctx, "a0")
+	tc.start(ctx, "a1")
+	tc.waitConverged(ctx)
+	cfg := testConfig("b0")
+	cfg.ClusterName = "other"
+	cfg.Handler = HandlerFuncs{}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	jerr := b.Join(ctx, []string{tc.seed})
+	// Whether or not memberlist reports the refusal on join, neither side may
+	// place the other in its table.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if tb := b.Table(); tb != nil && tb.Len() != 1 {
+			t.Fatalf("other cluster's node sees %v (join err %v)", tb.Members(), jerr)
+		}
+		for _, n := range tc.all() {
+			if n.c.Table().Has("b0") {
+				t.Fatal("cluster placed a node of another cluster")
+			}
+		}
+		<-time.After(20 * time.Millisecond) // watching that nothing happens for a while
+	}
+}
+
+func TestWrongGossipKeyRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key1 := []byte("0123456789abcdef")
+	key2 := []byte("fedcba9876543210")
+	tc := newTestCluster(t, func(c *Config) { c.GossipKeys = [][]byte{key1} })
+	tc.start(ctx, "k0")
+	tc.start(ctx, "k1")
+	tc.waitConverged(ctx)
+	cfg := testConfig("k2")
+	cfg.GossipKeys = [][]byte{key2}
+	cfg.Handler = HandlerFuncs{}
+	cfg.Seeds = []string{tc.seed}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Start(ctx); err == nil {
+		t.Fatal("a node with the wrong gossip key joined")
+	}
+	// Rotation: add the new key everywhere, make it primary everywhere,
+	// then a node with only the new key joins.
+	for _, n := range tc.all() {
+		if err := n.c.GossipKeyring().AddKey(key2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range tc.all() {
+		if err := n.c.GossipKeyring().UseKey(key2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Name = "k3"
+	c3, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if err := c3.Start(ctx); err != nil {
+		t.Fatalf("join after key rotation: %v", err)
+	}
+}
+
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,332 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ring"
+)
+
+// Handler is the application's side of ownership. The coordinator calls it
+// from its own goroutines, concurrently for different partitions but never
+// concurrently for the same lease. Both calls may block until ctx ends.
+type Handler interface {
+	// Acquire is called when this node has been granted lease, after the
+	// coordinator fenced Config.Fence (if set) with its token. Fence every
+	// other resource the partition writes to with lease.Token() before
+	// reading its state or serving (S2). An error ending in a
+	// *ownership.StaleTokenError means another owner is ahead: the lease is
+	// dropped and not claimed again until membership changes. Any other
+	// error gives the claim back and retries after Config.RetryInterval.
+	Acquire(ctx context.Context, lease *ownership.Lease) error
+	// Release is called when the ring moves the partition away or the node
+	// leaves. Drain in-flight work for the partition and return; the lease's
+	// context is cancelled after Release returns or when ctx expires
+	// (Config.ReleaseTimeout), and only then is the release published and the
+	// next owner claims.
+	Release(ctx context.Context, lease *ownership.Lease) error
+}
+
+// HandlerFuncs adapts two functions to a Handler; a nil function is a
+// no-op that succeeds.
+type HandlerFuncs struct {
+	AcquireFunc func(ctx context.Context, lease *ownership.Lease) error
+	ReleaseFunc func(ctx context.Context, lease *ownership.Lease) error
+}
+
+// Acquire calls AcquireFunc.
+func (h HandlerFuncs) Acquire(ctx context.Context, l *ownership.Lease) error {
+	if h.AcquireFunc == nil {
+		return nil
+	}
+	return h.AcquireFunc(ctx, l)
+}
+
+// Release calls ReleaseFunc.
+func (h HandlerFuncs) Release(ctx context.Context, l *ownership.Lease) error {
+	if h.ReleaseFunc == nil {
+		return nil
+	}
+	return h.ReleaseFunc(ctx, l)
+}
+
+// Clock is the coordinator's source of time. The default is the system
+// clock; tests inject their own to run timers fast, slow, or with jumps.
+type Clock interface {
+	Now() time.Time
+	// NewTicker returns a channel that receives at every interval d and a
+	// function that stops it.
+	NewTicker(d time.Duration) (<-chan time.Time, func())
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+func (systemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// SystemClock returns the real clock.
+func SystemClock() Clock { return systemClock{} }
+
+// Config configures a Coordinator. Build one from a preset (LocalConfig,
+// LANConfig, WANConfig) and set Name, Handler and the addresses.
+type Config struct {
+	// Name identifies the node in the cluster; unique and stable across
+	// restarts (the incarnation tells restarts apart). Required.
+	Name string
+	// ClusterName: nodes with a different cluster name are refused. Default
+	// "tenure".
+	ClusterName string
+	// BindAddr and BindPort: where gossip listens (UDP and TCP). Port 0
+	// picks a free port. Default 127.0.0.1:0 in LocalConfig, 0.0.0.0:7946
+	// otherwise.
+	BindAddr string
+	BindPort int
+	// AdvertiseAddr and AdvertisePort: the gossip address others use, when
+	// it differs from the bind address (NAT, containers). Optional.
+	AdvertiseAddr string
+	AdvertisePort int
+	// ServiceAddr is the address of this node's application endpoint (for
+	// example its gRPC server), gossiped in metadata so that Owner can tell
+	// callers where a key's owner listens. Optional, at most 128 bytes.
+	ServiceAddr string
+	// Seeds are gossip addresses (host:port) joined by Start and re-joined
+	// every RejoinInterval so a healed network partition merges again.
+	Seeds []string
+
+	// Ring places partitions on members. Every node of a cluster must use
+	// the same Ring config. Default ring.DefaultConfig().
+	Ring ring.Config
+
+	// Handler is told of acquired and released leases. Required.
+	Handler Handler
+	// Fence, when set, is fenced with every new token before
+	// Handler.Acquire (the resource the partitions protect). Optional: the
+	// handler may fence its resources itself.
+	Fence ownership.Fence
+	// Authority mints tokens. Default: the gossip authority (epochs from
+	// the gossiped max-epoch register; no external system). Use the SQL
+	// authority (ownership/sqlfence) for strict issuance (S4).
+	Authority ownership.Authority
+	// TokenKeys, when set, signs every token with a MAC (the first key;
+	// the others are accepted for rotation). Optional.
+	TokenKeys *ownership.Keyring
+
+	// GossipKeys encrypt gossip (AES, 16, 24 or 32 bytes each). The first
+	// key encrypts; all of them decrypt, so keys rotate without downtime:
+	// add the new key everywhere, make it first everywhere, then remove the
+	// old one. Empty: gossip is not encrypted.
+	GossipKeys [][]byte
+	// Label is memberlist's cluster label: packets with another label are
+	// dropped before decryption. Optional.
+	Label string
+
+	// TickInterval is the ownership state machine's logical tick: the
+	// resolution of every timer below. Default 50 ms (local), 100 ms (LAN).
+	TickInterval time.Duration
+	// Grace is the wait before claiming the partitions of a node that left
+	// the membership without releasing them (a crash or a partition). A
+	// longer grace lets a cut-off owner step down before it is fenced
+	// (fewer rejected writes); a shorter one fails over sooner. Safety does
+	// not depend on it. Default: StepDown.
+	Grace time.Duration
+	// StepDown is how long a node that can't see a quorum of the last
+	// stable membership keeps serving before it revokes every lease (L4).
+	// Default: 4 s (LAN).
+	StepDown time.Duration
+	// HandoffTimeout is the longest a new owner waits for a live previous
+	// owner to release a partition before claiming it anyway (fencing the
+	// previous owner). 0 waits forever. Default: 10 s.
+	HandoffTimeout time.Duration
+	// AcquireTimeout and ReleaseTimeout bound Handler calls (and the
+	// fence and authority calls). Default 5 s each.
+	AcquireTimeout time.Duration
+	ReleaseTimeout time.Duration
+	// RetryInterval is the wait after a failed claim or acquire. Default 1 s.
+	RetryInterval time.Duration
+	// RejoinInterval is how often the node re-joins its seeds and the
+	// members it knew that it no longer sees (memberlist never probes a
+	// dead node again). Default 5 s (local: 1 s).
+	RejoinInterval time.Duration
+	// StableAfter: a membership unchanged for this long becomes the stable
+	// membership against which quorum is counted, provided it holds a
+	// quorum of the previous stable one. Default: 2 s (local 500 ms).
+	StableAfter time.Duration
+	// MinQuorum, when > 0, replaces the majority rule: a node has a quorum
+	// when it sees at least MinQuorum members (itself included). Use 1 to
+	// turn quorum checks off (two-node clusters, say).
+	MinQuorum int
+	// LeaveTimeout bounds the broadcast of the leave message after the
+	// handoff. Default 1 s.
+	LeaveTimeout time.Duration
+
+	// Memberlist is the base memberlist configuration the presets choose.
+	// Name, addresses, delegates, keys and label are overwritten from the
+	// fields above; the timings are used as they are. Default
+	// memberlist.DefaultLANConfig().
+	Memberlist *memberlist.Config
+
+	// Logger receives the coordinator's logs (and memberlist's, at debug
+	// level). Default: discard.
+	Logger *slog.Logger
+	// Clock drives the tick. Default SystemClock().
+	Clock Clock
+	// Rand draws the incarnation. Default: a fresh random source.
+	Rand *rand.Rand
+}
+
+// LANConfig returns the settings for nodes on one local network, on
+// memberlist's DefaultLANConfig: failures detected in a few seconds.
+func LANConfig() Config {
+	ml := memberlist.DefaultLANConfig()
+	ml.DeadNodeReclaimTime = 30 * time.Second
+	return Config{
+		ClusterName:    "tenure",
+		BindAddr:       "0.0.0.0",
+		BindPort:       7946,
+		Ring:           ring.DefaultConfig(),
+		TickInterval:   100 * time.Millisecond,
+		StepDown:       4 * time.Second,
+		Grace:          4 * time.Second,
+		HandoffTimeout: 10 * time.Second,
+		AcquireTimeout: 5 * time.Second,
+		ReleaseTimeout: 5 * time.Second,
+		RetryInterval:  time.Second,
+		RejoinInterval: 5 * time.Second,
+		StableAfter:    2 * time.Second,
+		LeaveTimeout:   time.Second,
+		Memberlist:     ml,
+	}
+}
+
+// WANConfig returns the settings for nodes across data centres, on
+// memberlist's DefaultWANConfig: slower detection, fewer false alarms.
+func WANConfig() Config {
+	c := LANConfig()
+	ml := memberlist.DefaultWANConfig()
+	ml.DeadNodeReclaimTime = 60 * time.Second
+	c.Memberlist = ml
+	c.TickInterval = 250 * time.Millisecond
+	c.StepDown = 15 * time.Second
+	c.Grace = 15 * time.Second
+	c.HandoffTimeout = 30 * time.Second
+	c.RejoinInterval = 15 * time.Second
+	c.StableAfter = 10 * time.Second
+	return c
+}
+
+// LocalConfig returns the settings for nodes on one machine (tests, demos):
+// loopback, fast probes, sub-second failure detection.
+func LocalConfig() Config {
+	c := LANConfig()
+	ml := memberlist.DefaultLocalConfig()
+	ml.ProbeInterval = 100 * time.Millisecond
+	ml.ProbeTimeout = 50 * time.Millisecond
+	ml.GossipInterval = 20 * time.Millisecond
+	ml.SuspicionMult = 2
+	ml.PushPullInterval = 2 * time.Second
+	ml.TCPTimeout = 500 * time.Millisecond
+	ml.GossipToTheDeadTime = 2 * time.Second
+	ml.DeadNodeReclaimTime = 100 * time.Millisecond
+	c.Memberlist = ml
+	c.BindAddr = "127.0.0.1"
+	c.BindPort = 0
+	c.TickInterval = 20 * time.Millisecond
+	c.StepDown = 500 * time.Millisecond
+	c.Grace = 200 * time.Millisecond
+	c.HandoffTimeout = 2 * time.Second
+	c.AcquireTimeout = 2 * time.Second
+	c.ReleaseTimeout = 2 * time.Second
+	c.RetryInterval = 100 * time.Millisecond
+	c.RejoinInterval = 500 * time.Millisecond
+	c.StableAfter = 500 * time.Millisecond
+	c.LeaveTimeout = 500 * time.Millisecond
+	return c
+}
+
+// Validate reports the first problem with c. It does not change c; New
+// fills unset fields with defaults on its own copy.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+func (c Config) withDefaults() (Config, error) {
+	d := LANConfig()
+	if c.ClusterName == "" {
+		c.ClusterName = d.ClusterName
+	}
+	if c.Ring == (ring.Config{}) {
+		c.Ring = d.Ring
+	}
+	if c.Memberlist == nil {
+		c.Memberlist = d.Memberlist
+	}
+	dur := func(p *time.Duration, def time.Duration) {
+		if *p == 0 {
+			*p = def
+		}
+	}
+	dur(&c.TickInterval, d.TickInterval)
+	dur(&c.StepDown, d.StepDown)
+	dur(&c.Grace, c.StepDown)
+	dur(&c.AcquireTimeout, d.AcquireTimeout)
+	dur(&c.ReleaseTimeout, d.ReleaseTimeout)
+	dur(&c.RetryInterval, d.RetryInterval)
+	dur(&c.RejoinInterval, d.RejoinInterval)
+	dur(&c.StableAfter, d.StableAfter)
+	dur(&c.LeaveTimeout, d.LeaveTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock()
+	}
+	switch {
+	case c.Name == "":
+		return c, errors.New("coordinator: Config.Name is empty")
+	case len(c.Name) > 128:
+		return c, errors.New("coordinator: Config.Name is longer than 128 bytes")
+	case len(c.ServiceAddr) > 128:
+		return c, errors.New("coordinator: Config.ServiceAddr is longer than 128 bytes")
+	case len(c.ClusterName) > 64:
+		return c, errors.New("coordinator: Config.ClusterName is longer than 64 bytes")
+	case c.Handler == nil:
+		return c, errors.New("coordinator: Config.Handler is nil")
+	case c.TickInterval < 0 || c.StepDown < 0 || c.Grace < 0 || c.HandoffTimeout < 0 ||
+		c.AcquireTimeout < 0 || c.ReleaseTimeout < 0 || c.RetryInterval < 0 ||
+		c.RejoinInterval < 0 || c.StableAfter < 0 || c.LeaveTimeout < 0:
+		return c, errors.New("coordinator: Config durations must not be negative")
+	case c.MinQuorum < 0:
+		return c, errors.New("coordinator: Config.MinQuorum must not be negative")
+	case c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535:
+		return c, errors.New("coordinator: Config ports must be in 0..65535")
+	}
+	for i, k := range c.GossipKeys {
+		if n := len(k); n != 16 && n != 24 && n != 32 {
+			return c, fmt.Errorf("coordinator: Config.GossipKeys[%d] is %d bytes, want 16, 24 or 32", i, n)
+		}
+	}
+	if err := c.Ring.Validate(); err != nil {
+		return c, fmt.Errorf("coordinator: Config.Ring: %w", err)
+	}
+	return c, nil
+}
+
+// ticks converts d to state-machine ticks, rounding up.
+func (c Config) ticks(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int((d + c.TickInterval - 1) / c.TickInterval)
+}

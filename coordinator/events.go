@@ -1,0 +1,103 @@
+package coordinator
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tenure-go/tenure/ownership"
+)
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+// Event kinds.
+const (
+	EventMemberJoined EventKind = iota + 1 // Node entered the table
+	EventMemberLeft                        // Node left the table (left or failed)
+	EventAcquired                          // this node now owns Partition under Token
+	EventReleased                          // this node's lease on Partition ended
+	EventLeaving                           // this node started a graceful Leave
+)
+
+var eventNames = [...]string{"", "member-joined", "member-left", "acquired", "released", "leaving"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && k != 0 {
+		return eventNames[k]
+	}
+	return "event(?)"
+}
+
+// An Event is a change of membership or of this node's ownership.
+type Event struct {
+	Kind      EventKind
+	Node      string
+	Partition uint32
+	Token     ownership.Token
+	Time      time.Time
+}
+
+// Subscribe returns a channel of events with room for buf of them, and a
+// function that ends the subscription and closes the channel. Events are
+// sent from the coordinator's loop and never block it (nor memberlist): when
+// the channel is full, events are dropped and counted in Dropped. A
+// subscriber that must not miss a change re-reads Table or Owner after a
+// drop.
+func (c *Coordinator) Subscribe(buf int) (<-chan Event, func()) {
+	return c.subs.add(buf)
+}
+
+// Dropped returns how many events were dropped for slow subscribers.
+func (c *Coordinator) Dropped() uint64 { return c.subs.dropped.Load() }
+
+type subscribers struct {
+	mu      sync.Mutex
+	chans   map[chan Event]struct{}
+	closed  bool
+	dropped atomic.Uint64
+}
+
+func (s *subscribers) add(buf int) (<-chan Event, func()) {
+	ch := make(chan Event, max(buf, 0))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		close(ch)
+		return ch, func() {}
+	}
+	if s.chans == nil {
+		s.chans = make(map[chan Event]struct{})
+	}
+	s.chans[ch] = struct{}{}
+	return ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, ok := s.chans[ch]; ok {
+			delete(s.chans, ch)
+			close(ch)
+		}
+	}
+}
+
+func (s *subscribers) publish(e Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.chans {
+		select {
+		case ch <- e:
+		default:
+			s.dropped.Add(1)
+		}
+	}
+}
+
+func (s *subscribers) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for ch := range s.chans {
+		close(ch)
+	}
+	s.chans = nil
+}
