@@ -181,7 +181,7 @@ func (tc *testCluster) checkConverged() error {
 			return fmt.Errorf("%s has another table", n.name)
 		}
 		if !n.c.converged() {
-			return fmt.Errorf("%s not settled", n.name)
+			return fmt.Errorf("%s not settled: %s", n.name, tc.why(n))
 		}
 	}
 	// Every partition is held, at the fence, by its ring owner.
@@ -192,6 +192,24 @@ func (tc *testCluster) checkConverged() error {
 		}
 	}
 	return nil
+}
+
+// why describes the first partition n is not settled on.
+func (tc *testCluster) why(n *testNode) string {
+	t := n.c.Table()
+	for p := range testPartitions {
+		owner := t.Owner(p)
+		cl := n.c.reg.GetClaim(uint32(p))
+		l := n.c.leases[p].Load()
+		if cl.Released || cl.Token.Owner != owner || (owner == n.name) != (l != nil) {
+			s := fmt.Sprintf("p%d ring owner %s, claim %v, lease %v", p, owner, cl, l)
+			if o := tc.node(owner); o != nil {
+				s += fmt.Sprintf("; at owner: claim %v, lease %v", o.c.reg.GetClaim(uint32(p)), o.c.leases[p].Load())
+			}
+			return s
+		}
+	}
+	return "?"
 }
 
 // writer keeps writing through the public API: find the key's owner, take

@@ -470,7 +470,9 @@ func (m *Machine) step(p uint32) {
 			s.waiting = false
 			return
 		}
-		if s.fenced && s.fencedView == m.view {
+		if s.fenced && s.fencedView == m.view && !s.holder.Released {
+			// Fenced out by a live rival: don't contest it until the view
+			// changes (L5), unless it has since released the partition.
 			return
 		}
 		s.fenced = false

@@ -1,0 +1,68 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestFigures prints the coordinator's figures on the local preset:
+//
+//	go test ./coordinator -run TestFigures -v
+func TestFigures(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, nil)
+
+	// converge: 5 nodes start and join; every partition owned and fenced.
+	start := time.Now()
+	for i := range 5 {
+		tc.start(ctx, fmt.Sprintf("f%d", i))
+	}
+	tc.waitConverged(ctx)
+	converge := time.Since(start)
+
+	// detect and failover: crash one node. detect is memberlist's death
+	// detection: until the last survivor drops the node from its table.
+	// failover is until every partition is re-owned and fenced.
+	var subs []<-chan Event
+	for _, n := range tc.all() {
+		if n.name != "f3" {
+			ch, unsubscribe := n.c.Subscribe(256)
+			defer unsubscribe()
+			subs = append(subs, ch)
+		}
+	}
+	victim := tc.remove("f3")
+	start = time.Now()
+	victim.c.Close()
+	var detect time.Duration
+	for _, events := range subs {
+		for seen := false; !seen; {
+			select {
+			case e := <-events:
+				seen = e.Kind == EventMemberLeft && e.Node == "f3"
+			case <-ctx.Done():
+				t.Fatal("crash never detected")
+			}
+		}
+		detect = max(detect, time.Since(start))
+	}
+	tc.waitConverged(ctx)
+	failover := time.Since(start)
+
+	// handoff: a graceful leave under continuous writes.
+	handoff, rejected, _ := gracefulLeave(ctx, t, tc, "f1")
+
+	cfg := LocalConfig()
+	fmt.Printf("figure: converge.seconds %.3f\n", converge.Seconds())
+	fmt.Printf("figure: detect.seconds %.3f\n", detect.Seconds())
+	fmt.Printf("figure: failover.seconds %.3f\n", failover.Seconds())
+	fmt.Printf("figure: failover.target_seconds %.3f\n", (detect + cfg.Grace + 250*time.Millisecond).Seconds())
+	fmt.Printf("figure: handoff.seconds %.3f\n", handoff.Seconds())
+	fmt.Printf("figure: handoff.rejected_writes %d\n", rejected)
+	if rejected != 0 {
+		t.Errorf("graceful leave rejected %d writes, want 0", rejected)
+	}
+}
