@@ -154,8 +154,15 @@ func (tc *testCluster) node(name string) *testNode {
 // table, and holds exactly its own partitions.
 func (tc *testCluster) waitConverged(ctx context.Context) {
 	tc.t.Helper()
+	tc.waitConvergedAmong(ctx, tc.all())
+}
+
+// waitConvergedAmong is waitConverged for a subset of the nodes (one side of
+// a partition).
+func (tc *testCluster) waitConvergedAmong(ctx context.Context, nodes []*testNode) {
+	tc.t.Helper()
 	for {
-		err := tc.checkConverged()
+		err := tc.checkConverged(nodes)
 		if err == nil {
 			return
 		}
@@ -167,8 +174,7 @@ func (tc *testCluster) waitConverged(ctx context.Context) {
 	}
 }
 
-func (tc *testCluster) checkConverged() error {
-	nodes := tc.all()
+func (tc *testCluster) checkConverged(nodes []*testNode) error {
 	var fp uint64
 	for i, n := range nodes {
 		t := n.c.Table()
