@@ -13,8 +13,13 @@ var (
 	ErrStaleToken = errors.New("tenure: stale token")
 	// ErrBadMAC: the token's MAC does not verify under any cluster key.
 	ErrBadMAC = errors.New("tenure: token authentication failed")
-	// ErrMalformedToken: bytes or text that do not decode to a token.
+	// ErrMalformedToken: bytes or text that do not decode to a token, a
+	// claim or a gossip register; or a token that can't be encoded.
 	ErrMalformedToken = errors.New("tenure: malformed token")
+	// ErrNotFenced: an Exact check saw a token above the partition's mark:
+	// its owner writes without having fenced the resource first. The writer
+	// should fence, then retry.
+	ErrNotFenced = errors.New("tenure: token not fenced")
 	// ErrLeaseEnded: the lease was revoked or released; its token may
 	// already be fenced out.
 	ErrLeaseEnded = errors.New("tenure: lease ended")

@@ -1,0 +1,57 @@
+package ownership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// GossipAuthority is the embedded Authority: it mints epochs from a gossip
+// Register, with no external system. A claim's epoch is one above both the
+// highest epoch the register knows for the partition and the epoch of the
+// token the caller has seen. The caller passes as seen the highest token it
+// knows of, and after a fence rejected its claim as stale, the fence's mark
+// (which StaleTokenError carries), so the epoch it takes next is
+//
+//	max(epoch seen by gossip, fence high-water mark) + 1.
+//
+// Gossip is eventually consistent: two nodes with split views can mint the
+// same epoch. Their tokens still differ (the owner is part of a token and
+// orders it), and the fence keeps only the higher one (S1, S3); strict
+// issuance (S4) needs a strong authority.
+//
+// A GossipAuthority is safe for concurrent use and never blocks.
+type GossipAuthority struct {
+	reg  *Register
+	keys *Keyring
+}
+
+var _ Authority = (*GossipAuthority)(nil)
+
+// NewGossipAuthority returns an authority that mints from r and records what
+// it mints there; the caller gossips r. keys, if not nil, signs every token
+// minted.
+func NewGossipAuthority(r *Register, keys *Keyring) (*GossipAuthority, error) {
+	if r == nil {
+		return nil, errors.New("tenure: gossip authority needs a register")
+	}
+	return &GossipAuthority{reg: r, keys: keys}, nil
+}
+
+// Claim mints a token of partition p for n, records it in the register and
+// returns it; the caller broadcasts it as a Claim. seen is the zero token or
+// a token of partition p. Concurrent claims on one authority get distinct
+// epochs. It fails if ctx is done, for p out of range (ErrPartitionRange),
+// and for an empty name or one longer than MaxOwnerSize.
+func (a *GossipAuthority) Claim(ctx context.Context, p uint32, n Node, seen Token) (Token, error) {
+	if err := ctx.Err(); err != nil {
+		return Token{}, err
+	}
+	if n.Name == "" || len(n.Name) > MaxOwnerSize {
+		return Token{}, fmt.Errorf("tenure: node name must be 1 to %d bytes, got %d", MaxOwnerSize, len(n.Name))
+	}
+	if !seen.IsZero() && seen.Partition != p {
+		return Token{}, fmt.Errorf("tenure: claiming partition %d with a token of partition %d seen", p, seen.Partition)
+	}
+	return a.reg.mint(p, seen.Epoch, n, a.keys.Sign)
+}

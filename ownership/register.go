@@ -1,0 +1,393 @@
+package ownership
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"math"
+	"sync"
+)
+
+// A Claim is what gossip says about a partition: the highest token granted
+// for it, and whether its owner has released it (handed it off cleanly, so
+// the next owner may claim without waiting out a grace period).
+//
+// Claims are ordered by token, and for the same token a release ranks above
+// the grant it releases. Any higher token ranks above both.
+type Claim struct {
+	Token    Token
+	Released bool
+}
+
+// Compare orders c and d (see Claim) and returns -1, 0 or +1.
+func (c Claim) Compare(d Claim) int {
+	if x := c.Token.Compare(d.Token); x != 0 {
+		return x
+	}
+	switch {
+	case c.Released == d.Released:
+		return 0
+	case c.Released:
+		return 1
+	}
+	return -1
+}
+
+// IsZero reports whether c is the zero claim: nothing known.
+func (c Claim) IsZero() bool { return c == Claim{} }
+
+func (c Claim) String() string {
+	if c.Released {
+		return c.Token.String() + " released"
+	}
+	return c.Token.String()
+}
+
+// AppendBinary appends the encoding of c to b: the token's binary encoding,
+// with flag bit 1 set for a release. It fails, wrapping ErrMalformedToken,
+// only when the owner is longer than MaxOwnerSize. An encoded claim is at
+// most MaxTokenSize bytes, and an unreleased claim's encoding is its
+// token's.
+func (c Claim) AppendBinary(b []byte) ([]byte, error) {
+	var flags byte
+	if c.Released {
+		flags = claimFlagReleased
+	}
+	return appendToken(b, c.Token, flags)
+}
+
+// MarshalBinary returns the encoding of c.
+func (c Claim) MarshalBinary() ([]byte, error) {
+	return c.AppendBinary(make([]byte, 0, encodedSize(c.Token)))
+}
+
+// UnmarshalBinary sets *c to the claim encoded in b. On error *c is
+// unchanged.
+func (c *Claim) UnmarshalBinary(b []byte) error {
+	d, err := ParseClaim(b)
+	if err != nil {
+		return err
+	}
+	*c = d
+	return nil
+}
+
+// ParseClaim decodes a claim. Any input that is not the canonical encoding
+// of a claim yields an error wrapping ErrMalformedToken.
+func ParseClaim(b []byte) (Claim, error) {
+	t, flags, err := decodeToken(b, claimFlagReleased)
+	if err != nil {
+		return Claim{}, err
+	}
+	return Claim{Token: t, Released: flags&claimFlagReleased != 0}, nil
+}
+
+// MaxPartitions is the largest partition count a Register holds.
+const MaxPartitions = 1 << 16
+
+// A Register is the gossiped knowledge of a node: for every partition, the
+// highest claim heard. Registers merge by taking the higher claim per
+// partition, so merging is idempotent, commutative and associative, and
+// registers that have heard the same claims in any order agree.
+//
+// All nodes of a cluster must use the same partition count. A Register is
+// safe for concurrent use.
+type Register struct {
+	mu     sync.Mutex
+	claims []Claim // indexed by partition; Token.Partition matches
+	n      int     // non-zero claims
+}
+
+// NewRegister returns an empty register for partitions 0 to partitions-1,
+// at most MaxPartitions.
+func NewRegister(partitions int) (*Register, error) {
+	if partitions < 1 || partitions > MaxPartitions {
+		return nil, fmt.Errorf("tenure: register needs 1 to %d partitions, got %d", MaxPartitions, partitions)
+	}
+	return &Register{claims: make([]Claim, partitions)}, nil
+}
+
+// Partitions returns the number of partitions r was built for.
+func (r *Register) Partitions() int { return len(r.claims) }
+
+// Len returns the number of partitions with a claim.
+func (r *Register) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// Observe records a grant of t; see ObserveClaim.
+func (r *Register) Observe(t Token) bool { return r.ObserveClaim(Claim{Token: t}) }
+
+// ObserveClaim records c if it is higher than the claim held for its
+// partition (or equal with a greater MAC), and reports whether it was. A claim with the zero token, for a
+// partition out of range, or with an owner longer than MaxOwnerSize is
+// ignored (false).
+func (r *Register) ObserveClaim(c Claim) bool {
+	if !r.valid(c) {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.observe(c)
+}
+
+func (r *Register) valid(c Claim) bool {
+	return !c.Token.IsZero() && int64(c.Token.Partition) < int64(len(r.claims)) &&
+		len(c.Token.Owner) <= MaxOwnerSize
+}
+
+// observe is ObserveClaim for a valid claim, with r.mu held. Between claims
+// that differ only in their MACs (signed under different keys) it keeps the
+// greater MAC, so registers converge to the same bytes whatever the order.
+func (r *Register) observe(c Claim) bool {
+	cur := &r.claims[c.Token.Partition]
+	if x := c.Compare(*cur); x < 0 || x == 0 && bytes.Compare(c.Token.MAC[:], cur.Token.MAC[:]) <= 0 {
+		return false
+	}
+	if cur.IsZero() {
+		r.n++
+	}
+	*cur = c
+	return true
+}
+
+// Get returns the highest token known for partition p: the zero token if
+// none is, or if p is out of range.
+func (r *Register) Get(p uint32) Token { return r.GetClaim(p).Token }
+
+// GetClaim returns the highest claim known for partition p: the zero claim
+// if none is, or if p is out of range.
+func (r *Register) GetClaim(p uint32) Claim {
+	if int64(p) >= int64(len(r.claims)) {
+		return Claim{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.claims[p]
+}
+
+// All yields the claims held, in partition order. It iterates over a
+// snapshot taken when iteration starts, so the register may change (even
+// from inside the loop) without affecting it.
+func (r *Register) All() iter.Seq[Claim] {
+	return func(yield func(Claim) bool) {
+		for _, c := range r.snapshot() {
+			if !yield(c) {
+				return
+			}
+		}
+	}
+}
+
+// snapshot returns a copy of the non-zero claims in partition order.
+func (r *Register) snapshot() []Claim {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Claim, 0, r.n)
+	for _, c := range r.claims {
+		if !c.IsZero() {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Merge raises each of r's claims to other's where other's is higher, and
+// returns the claims that changed in r, in partition order. The registers
+// must have the same partition count (otherwise an error wrapping
+// ErrPartitionRange, and r is unchanged). other is read from a snapshot, so
+// registers may merge into each other concurrently.
+func (r *Register) Merge(other *Register) ([]Claim, error) {
+	if other == nil {
+		return nil, errors.New("tenure: merging a nil register")
+	}
+	if len(other.claims) != len(r.claims) {
+		return nil, fmt.Errorf("%w: merging a register of %d partitions into one of %d",
+			ErrPartitionRange, len(other.claims), len(r.claims))
+	}
+	in := other.snapshot()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var changed []Claim
+	for _, c := range in {
+		if r.observe(c) {
+			changed = append(changed, c)
+		}
+	}
+	return changed, nil
+}
+
+// mint records and returns the next token of partition p for n, under r's
+// lock so concurrent mints get distinct epochs: its epoch is one above both
+// seen and the highest epoch r knows for p. sign may be nil.
+func (r *Register) mint(p uint32, seen uint64, n Node, sign func(Token) Token) (Token, error) {
+	if int64(p) >= int64(len(r.claims)) {
+		return Token{}, fmt.Errorf("%w: partition %d, register has %d", ErrPartitionRange, p, len(r.claims))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := max(r.claims[p].Token.Epoch, seen)
+	if e == math.MaxUint64 {
+		return Token{}, fmt.Errorf("tenure: epoch of partition %d exhausted", p)
+	}
+	t := Token{Partition: p, Epoch: e + 1, Owner: n.Name, Incarnation: n.Incarnation}
+	if sign != nil {
+		t = sign(t)
+	}
+	r.observe(Claim{Token: t})
+	return t, nil
+}
+
+// Register state encoding, version 1, for memberlist push/pull:
+//
+//	version     1 byte, always 1
+//	partitions  uvarint, 1 to MaxPartitions
+//	nodes       uvarint count, then per node: 1 byte name length, name,
+//	            uvarint incarnation; in order of first use below, each used
+//	claims      uvarint count, then per claim, in increasing partition order:
+//	            uvarint gap (partition minus the previous claim's partition
+//	            plus one; the first claim's partition), uvarint node index,
+//	            uvarint epoch, 1 byte flags (bit 0 MAC follows, bit 1
+//	            released), MACSize bytes of MAC if flagged
+//
+// Only partitions with a claim are encoded, and each owner's name once. The
+// encoding is canonical: decoding then encoding gives back the input.
+const registerVersion = 1
+
+// AppendBinary appends the encoding of r's state to b.
+func (r *Register) AppendBinary(b []byte) ([]byte, error) {
+	claims := r.snapshot()
+	index := make(map[Node]int)
+	var nodes []Node
+	for _, c := range claims {
+		n := c.Token.Node()
+		if _, ok := index[n]; !ok {
+			index[n] = len(nodes)
+			nodes = append(nodes, n)
+		}
+	}
+	b = append(b, registerVersion)
+	b = binary.AppendUvarint(b, uint64(len(r.claims)))
+	b = binary.AppendUvarint(b, uint64(len(nodes)))
+	for _, n := range nodes {
+		b = append(b, byte(len(n.Name)))
+		b = append(b, n.Name...)
+		b = binary.AppendUvarint(b, n.Incarnation)
+	}
+	b = binary.AppendUvarint(b, uint64(len(claims)))
+	next := uint32(0)
+	for _, c := range claims {
+		t := c.Token
+		b = binary.AppendUvarint(b, uint64(t.Partition-next))
+		next = t.Partition + 1
+		b = binary.AppendUvarint(b, uint64(index[t.Node()]))
+		b = binary.AppendUvarint(b, t.Epoch)
+		var flags byte
+		signed := t.MAC != ([MACSize]byte{})
+		if signed {
+			flags |= tokenFlagMAC
+		}
+		if c.Released {
+			flags |= claimFlagReleased
+		}
+		b = append(b, flags)
+		if signed {
+			b = append(b, t.MAC[:]...)
+		}
+	}
+	return b, nil
+}
+
+// MarshalBinary returns the encoding of r's state.
+func (r *Register) MarshalBinary() ([]byte, error) { return r.AppendBinary(nil) }
+
+// UnmarshalRegister decodes a register's state. Any input that is not a
+// canonical encoding yields an error wrapping ErrMalformedToken. Merge the
+// result into the local register.
+func UnmarshalRegister(b []byte) (*Register, error) {
+	d := decoder{b: b}
+	if v := d.byte(); d.ok() && v != registerVersion {
+		return nil, malformed("register: unknown version %d", v)
+	}
+	parts := d.uvarint()
+	if d.ok() && (parts < 1 || parts > MaxPartitions) {
+		return nil, malformed("register: %d partitions", parts)
+	}
+	nn := d.uvarint()
+	// Each node takes at least 2 bytes and is used by a distinct claim.
+	if d.ok() && (nn > parts || nn > uint64(len(d.b))/2) {
+		return nil, malformed("register: %d nodes", nn)
+	}
+	nodes := make([]Node, 0, nn)
+	seen := make(map[Node]bool, nn)
+	for range nn {
+		n := Node{Name: string(d.bytes(int(d.byte())))}
+		n.Incarnation = d.uvarint()
+		if !d.ok() {
+			return nil, d.err()
+		}
+		if seen[n] {
+			return nil, malformed("register: node %v twice", n)
+		}
+		seen[n] = true
+		nodes = append(nodes, n)
+	}
+	nc := d.uvarint()
+	// Each claim takes at least 4 bytes.
+	if d.ok() && (nc > parts || nc > uint64(len(d.b))/4) {
+		return nil, malformed("register: %d claims", nc)
+	}
+	if !d.ok() {
+		return nil, d.err()
+	}
+	r := &Register{claims: make([]Claim, parts)}
+	next, used := uint64(0), uint64(0)
+	for range nc {
+		gap := d.uvarint()
+		p := next + min(gap, parts) // no wrap-around: both are small
+		ni := d.uvarint()
+		epoch := d.uvarint()
+		flags := d.byte()
+		var mac [MACSize]byte
+		if flags&tokenFlagMAC != 0 {
+			copy(mac[:], d.bytes(MACSize))
+		}
+		switch {
+		case !d.ok():
+			return nil, d.err()
+		case p >= parts:
+			return nil, malformed("register: partition %d out of range", p)
+		case ni > used || ni >= nn:
+			return nil, malformed("register: node index %d out of order", ni)
+		case flags&^(tokenFlagMAC|claimFlagReleased) != 0:
+			return nil, malformed("register: unknown flags %#x", flags)
+		case flags&tokenFlagMAC != 0 && mac == [MACSize]byte{}:
+			return nil, malformed("register: MAC flag with an all-zero MAC")
+		}
+		if ni == used {
+			used++
+		}
+		n := nodes[ni]
+		c := Claim{
+			Token:    Token{Partition: uint32(p), Epoch: epoch, Owner: n.Name, Incarnation: n.Incarnation, MAC: mac},
+			Released: flags&claimFlagReleased != 0,
+		}
+		if c.Token.IsZero() {
+			return nil, malformed("register: zero token for partition %d", p)
+		}
+		r.claims[p] = c
+		r.n++
+		next = p + 1
+	}
+	if err := d.end(); err != nil {
+		return nil, err
+	}
+	if used != nn {
+		return nil, malformed("register: %d of %d nodes unused", nn-used, nn)
+	}
+	return r, nil
+}
