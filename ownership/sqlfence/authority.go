@@ -1,0 +1,91 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/tenure-go/tenure/ownership"
+)
+
+// An Authority mints epochs from the fence table itself, with a conditional
+// update: a claim moves partition p's mark from the epoch the claimant has
+// seen to the next one and makes the claimant its owner, or fails if
+// another claim or fence moved it first. It gives S4: per partition, epochs
+// are dense (1, 2, 3, ...), increase in real-time order, and each is held by
+// one node. A successful claim is also a fence: the new token is the mark,
+// so no write under an older token commits after Claim returns.
+//
+// Use it only on a table whose marks all come from this authority (Fence
+// and Monotonic writes with its tokens are fine); tokens minted elsewhere
+// would break density. An Authority is safe for concurrent use and may
+// block on the database.
+type Authority struct {
+	f *Fence
+}
+
+var _ ownership.Authority = (*Authority)(nil)
+
+// Authority returns the authority over f's table. Tokens it returns are not
+// authenticated: if f has a Verifier, sign them before use.
+func (f *Fence) Authority() *Authority { return &Authority{f: f} }
+
+// ConflictError is returned by Claim when the partition's mark is not the
+// one the claimant saw: another claim (or a fence) won. Retry with Current
+// as seen. errors.Is(err, ownership.ErrConflict) holds.
+type ConflictError struct {
+	Seen    ownership.Token // what the claimant passed as seen
+	Current ownership.Token // the mark read after the claim failed (zero if none)
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("sqlfence: claim of p%d above epoch %d lost: mark is %v", e.Current.Partition, e.Seen.Epoch, e.Current)
+}
+
+// Is makes errors.Is(err, ownership.ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ownership.ErrConflict }
+
+// Claim makes n the owner of partition p in epoch seen.Epoch+1, provided
+// the partition's mark is still at seen.Epoch (zero seen: p has no row
+// yet). Otherwise it returns a *ConflictError carrying the mark. seen is
+// normally the mark read with Fence.Current or the token of the last claim;
+// only its epoch is compared.
+func (a *Authority) Claim(ctx context.Context, p uint32, n ownership.Node, seen ownership.Token) (ownership.Token, error) {
+	if n.Name == "" {
+		return ownership.Token{}, errors.New("sqlfence: claim by a node without a name")
+	}
+	if err := checkName(n.Name); err != nil {
+		return ownership.Token{}, err
+	}
+	if !seen.IsZero() && seen.Partition != p {
+		return ownership.Token{}, fmt.Errorf("sqlfence: claim of p%d with a token of p%d", p, seen.Partition)
+	}
+	if seen.Epoch >= math.MaxInt64 {
+		return ownership.Token{}, fmt.Errorf("sqlfence: claim of p%d: epoch %d is the last", p, seen.Epoch)
+	}
+	inc := incarnationText(n.Incarnation)
+	var row *sql.Row
+	if seen.Epoch == 0 {
+		row = a.f.db.QueryRowContext(ctx, a.f.sql.claimFirst, int64(p), n.Name, inc)
+	} else {
+		row = a.f.db.QueryRowContext(ctx, a.f.sql.claim, int64(p), n.Name, inc, int64(seen.Epoch))
+	}
+	var epoch int64
+	err := row.Scan(&epoch)
+	switch {
+	case err == nil:
+		if uint64(epoch) != seen.Epoch+1 {
+			return ownership.Token{}, fmt.Errorf("sqlfence: claim of p%d above epoch %d returned epoch %d", p, seen.Epoch, epoch)
+		}
+		return ownership.Token{Partition: p, Epoch: uint64(epoch), Owner: n.Name, Incarnation: n.Incarnation}, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return ownership.Token{}, fmt.Errorf("sqlfence: claim of p%d above epoch %d: %w", p, seen.Epoch, err)
+	}
+	cur, err := a.f.Current(ctx, p)
+	if err != nil {
+		return ownership.Token{}, fmt.Errorf("sqlfence: claim of p%d above epoch %d: %w; %w", p, seen.Epoch, ownership.ErrConflict, err)
+	}
+	return ownership.Token{}, &ConflictError{Seen: seen, Current: cur}
+}

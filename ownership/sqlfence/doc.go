@@ -1,0 +1,65 @@
+// Package sqlfence fences a SQL database: it keeps each partition's
+// high-water mark (the highest fencing token fenced) in a table, and runs
+// an owner's writes in a transaction that commits only while the owner's
+// token is the mark, so that a paused or partitioned former owner can't
+// overwrite what the new owner wrote or read.
+//
+// It works over database/sql and imports no driver: the program imports
+// one and passes a *sql.DB with the matching Dialect, SQLite (for example
+// modernc.org/sqlite, driver "sqlite") or Postgres (for example
+// github.com/jackc/pgx/v5/stdlib, driver "pgx").
+//
+// # Schema
+//
+// One table, by default tenure_partitions, with one row per partition that
+// has ever been fenced:
+//
+//	partition_id  BIGINT PRIMARY KEY
+//	epoch         BIGINT    the mark's epoch (>= 1)
+//	owner         TEXT      the mark's owner node, compared bytewise
+//	incarnation   TEXT      the owner's incarnation, 16 lowercase hex digits
+//
+// Fence.CreateSchema creates it. The application's own tables live beside
+// it, in the same database, so that a fenced transaction covers both.
+//
+// # Modes
+//
+// Do checks the token in one of two modes (see ownership.Mode). Exact, the
+// default to reach for, accepts only the token fenced last: an owner that
+// fences on acquire always writes under the mark, and anything else is a
+// former owner (ownership.ErrStaleToken) or an owner that skipped the fence
+// (ownership.ErrNotFenced). Monotonic accepts any token not below the mark
+// and lets a higher one advance it; use it when writers may reach the
+// database without fencing first.
+//
+// # The caller's duties, in order
+//
+//  1. Open the database. For SQLite use WAL mode and a busy timeout, e.g.
+//     "file:PATH?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)":
+//     without the timeout concurrent writers fail with SQLITE_BUSY.
+//  2. New, then CreateSchema once before the first fence.
+//  3. On acquiring a partition, Fence the lease's token before reading the
+//     partition's state or serving it. After Fence returns, no write under
+//     an older token can commit. A stale-token error means a newer owner
+//     exists: give the lease up.
+//  4. Make every write to the partition's state through Do with the lease's
+//     token, and through the *sql.Tx it hands to fn only. Writes made
+//     outside Do are not fenced.
+//  5. On ownership.ErrStaleToken, end the lease: the partition has a newer
+//     owner. On an error from the commit itself the outcome is unknown:
+//     fence again and re-read before relying on it.
+//  6. Close the Fence when done (it holds prepared statements), then the
+//     database.
+//
+// Do transactions on one partition run one at a time: the check locks the
+// partition's row until the transaction ends, and a Fence waits for them.
+// Different partitions proceed in parallel on PostgreSQL; SQLite has one
+// writer for the whole database.
+//
+// # Epochs
+//
+// Fence.Authority mints epochs with a conditional update of the same table
+// (UPDATE ... SET epoch = epoch + 1 ... WHERE partition_id = $p AND epoch =
+// $seen): per partition, epochs are dense, increase in real-time order, and
+// each is held by one node. A claim is also a fence.
+package sqlfence

@@ -1,0 +1,371 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/tenure-go/tenure/ownership"
+)
+
+// A Verifier authenticates a token before the fence acts on it (for
+// example an ownership keyring checking the token's MAC). Verify returns nil
+// for an authentic token and an error, which should wrap
+// ownership.ErrBadMAC, otherwise. It is called concurrently and must not
+// block.
+type Verifier interface {
+	Verify(t ownership.Token) error
+}
+
+// Config configures a Fence. The zero Config is valid.
+type Config struct {
+	// Table is the fence table: a name or schema.name, each part letters,
+	// digits and underscores. Default DefaultTable ("tenure_partitions").
+	// Give each set of partitions its own table; the fence and the
+	// authority of one table must agree on who owns what.
+	Table string
+	// Verifier, if set, authenticates every token given to Fence and Do
+	// and rejects the call when it fails. Default nil: tokens are not
+	// authenticated, so any client that can reach the fence can fence out
+	// the owners with a large epoch. The check costs one MAC per call.
+	Verifier Verifier
+}
+
+// Validate reports whether c is usable. It does not modify c.
+func (c Config) Validate() error {
+	if c.Table == "" {
+		return nil
+	}
+	_, err := quoteTable(c.Table)
+	return err
+}
+
+// A Fence is the resource side of fencing in a SQL database: one row per
+// partition holding the highest token fenced (the mark), and transactions
+// that commit only while their token is the mark. It implements
+// ownership.Fence.
+//
+// A Fence is safe for concurrent use; every method may block on the
+// database.
+type Fence struct {
+	db     *sql.DB
+	d      Dialect
+	sql    statements
+	verify Verifier
+
+	mu       sync.Mutex
+	lockStmt atomic.Pointer[sql.Stmt] // the lock statement, prepared on first use
+	closed   bool                     // set by Close: prepare no more
+}
+
+var _ ownership.Fence = (*Fence)(nil)
+
+// New returns a fence on db in dialect d. It does not touch the database:
+// call CreateSchema once (at deploy or start-up) before the first fence.
+// The caller keeps ownership of db and closes it after the last call.
+func New(db *sql.DB, d Dialect, cfg Config) (*Fence, error) {
+	if db == nil {
+		return nil, errors.New("sqlfence: nil *sql.DB")
+	}
+	if d.name == "" {
+		return nil, errors.New("sqlfence: zero Dialect; use SQLite() or Postgres()")
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	table, err := quoteTable(cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	return &Fence{db: db, d: d, sql: d.statements(table), verify: cfg.Verifier}, nil
+}
+
+// CreateSchema creates the fence table if it does not exist:
+//
+//	partition_id  BIGINT PRIMARY KEY  the partition
+//	epoch         BIGINT              the mark's epoch, at least 1
+//	owner         TEXT                the mark's owner node name (bytewise collation)
+//	incarnation   TEXT                the mark's owner incarnation, 16 lowercase hex digits
+//
+// A partition without a row has never been fenced. It is idempotent, but
+// on PostgreSQL two processes creating the table at the same instant may see
+// one fail; a retry succeeds.
+func (f *Fence) CreateSchema(ctx context.Context) error {
+	if _, err := f.db.ExecContext(ctx, f.sql.schema); err != nil {
+		return fmt.Errorf("sqlfence: create fence table: %w", err)
+	}
+	return nil
+}
+
+// Fence advances t's partition's mark to t if t is higher and returns the
+// mark as it stands afterwards. If t is lower than the mark it returns the
+// mark and a *ownership.StaleTokenError. Fencing with the mark again
+// succeeds, so a fence whose answer was lost can be retried.
+//
+// A fence waits for every transaction of Do holding the partition to end,
+// so when it returns no write under a lower token can commit any more: the
+// new owner may read the partition's state.
+func (f *Fence) Fence(ctx context.Context, t ownership.Token) (ownership.Token, error) {
+	if err := f.check(t); err != nil {
+		return ownership.Token{}, err
+	}
+	args := tokenArgs(t)
+	res, err := f.db.ExecContext(ctx, f.sql.fence, args[:]...)
+	if err != nil {
+		return ownership.Token{}, fmt.Errorf("sqlfence: fence %v: %w", t, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return ownership.Token{}, fmt.Errorf("sqlfence: fence %v: %w", t, err)
+	} else if n == 1 {
+		return t, nil
+	}
+	// The mark was at or above t; it can only have grown since.
+	mark, found, err := f.read(ctx, f.db, f.sql.current, t.Partition)
+	if err != nil {
+		return ownership.Token{}, fmt.Errorf("sqlfence: fence %v: %w", t, err)
+	}
+	if !found {
+		return ownership.Token{}, fmt.Errorf("sqlfence: fence %v: partition row vanished", t)
+	}
+	switch c := t.Compare(mark); {
+	case c < 0:
+		return mark, ownership.Stale(t, mark)
+	case c == 0:
+		return t, nil // t is the mark, and keeps its MAC
+	}
+	return mark, nil
+}
+
+// Current returns partition p's mark, or the zero token (of partition p) if
+// p has never been fenced. The mark may have moved by the time it returns.
+func (f *Fence) Current(ctx context.Context, p uint32) (ownership.Token, error) {
+	mark, _, err := f.read(ctx, f.db, f.sql.current, p)
+	if err != nil {
+		return ownership.Token{}, fmt.Errorf("sqlfence: read mark of p%d: %w", p, err)
+	}
+	return mark, nil
+}
+
+// Do runs fn in one transaction that commits only if t is current for its
+// partition under mode m, so the check and fn's writes commit or fail
+// together:
+//
+//   - Exact: t must equal the mark. A lower t fails with a
+//     *ownership.StaleTokenError carrying the mark; a higher one (never
+//     fenced) with an error wrapping ownership.ErrNotFenced: fence, then
+//     retry.
+//   - Monotonic: t must not be below the mark; a higher t becomes the mark
+//     inside the transaction, as a fence would, if the transaction commits.
+//
+// The check runs first and locks the partition's row until the transaction
+// ends: fn sees a mark that cannot change under it, a concurrent Fence waits
+// for the commit, and Do transactions on one partition run one at a time
+// (different partitions do not wait for each other, except that SQLite has
+// one writer for the whole database).
+//
+// fn must do all its work through tx and must not commit or roll back.
+// If fn returns an error (or panics) the transaction rolls back and Do
+// returns fn's error unchanged (or re-panics). An error from the commit
+// itself leaves the outcome unknown: fence or read back before relying on
+// it.
+func (f *Fence) Do(ctx context.Context, t ownership.Token, m ownership.Mode, fn func(tx *sql.Tx) error) error {
+	if err := f.check(t); err != nil {
+		return err
+	}
+	if m != ownership.Exact && m != ownership.Monotonic {
+		return fmt.Errorf("sqlfence: unknown mode %d", m)
+	}
+	if fn == nil {
+		return errors.New("sqlfence: nil transaction function")
+	}
+	tx, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlfence: begin for %v: %w", t, err)
+	}
+	defer tx.Rollback() // a no-op after Commit
+	if err := f.hold(ctx, tx, t, m); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlfence: commit under %v (outcome unknown): %w", t, err)
+	}
+	return nil
+}
+
+// Close releases the statements the fence prepared on db (with SQLite).
+// The fence keeps working after Close, preparing its statements on each
+// use; db stays open. Close is idempotent and safe to call concurrently
+// with other calls.
+func (f *Fence) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	if s := f.lockStmt.Swap(nil); s != nil {
+		if err := s.Close(); err != nil {
+			return fmt.Errorf("sqlfence: close: %w", err)
+		}
+	}
+	return nil
+}
+
+// lock returns the lock statement prepared on db, preparing it on first
+// use, or nil after Close or if the dialect does not prepare it. The table
+// must exist before it can be prepared; a failed prepare is retried on the
+// next call.
+func (f *Fence) lock(ctx context.Context) (*sql.Stmt, error) {
+	if s := f.lockStmt.Load(); s != nil {
+		return s, nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.lockStmt.Load(); s != nil || f.closed || !f.d.prepare {
+		return s, nil
+	}
+	s, err := f.db.PrepareContext(ctx, f.sql.lock)
+	if err != nil {
+		return nil, err
+	}
+	f.lockStmt.Store(s)
+	return s, nil
+}
+
+// lockMark locks partition p's row in tx and returns the mark.
+func (f *Fence) lockMark(ctx context.Context, tx *sql.Tx, p uint32) (ownership.Token, bool, error) {
+	s, err := f.lock(ctx)
+	if err != nil {
+		return ownership.Token{}, false, err
+	}
+	if s == nil {
+		return f.read(ctx, tx, f.sql.lock, p)
+	}
+	// The statement stays prepared on the connection; the transaction's
+	// copy of it is closed with the transaction.
+	return f.read(ctx, txStmt{tx.StmtContext(ctx, s)}, "", p)
+}
+
+// txStmt makes a prepared statement a querier; the query text is ignored.
+type txStmt struct{ s *sql.Stmt }
+
+func (q txStmt) QueryRowContext(ctx context.Context, _ string, args ...any) *sql.Row {
+	return q.s.QueryRowContext(ctx, args...)
+}
+
+// hold locks t's partition row in tx and checks t against the mark,
+// advancing the mark to t in Monotonic mode.
+func (f *Fence) hold(ctx context.Context, tx *sql.Tx, t ownership.Token, m ownership.Mode) error {
+	mark, found, err := f.lockMark(ctx, tx, t.Partition)
+	if err != nil {
+		return fmt.Errorf("sqlfence: check %v: %w", t, err)
+	}
+	c := 1
+	if found {
+		c = t.Compare(mark)
+	}
+	switch {
+	case c == 0:
+		return nil
+	case c < 0:
+		return ownership.Stale(t, mark)
+	case m == ownership.Exact:
+		return fmt.Errorf("sqlfence: %w: %v is above the mark %v", ownership.ErrNotFenced, t, mark)
+	}
+	args := tokenArgs(t)
+	res, err := tx.ExecContext(ctx, f.sql.fence, args[:]...)
+	if err != nil {
+		return fmt.Errorf("sqlfence: advance to %v: %w", t, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("sqlfence: advance to %v: %w", t, err)
+	} else if n == 1 {
+		return nil // inserted or updated: the row is ours until the end
+	}
+	// Another transaction inserted the row first (PostgreSQL, when the row
+	// was missing). Lock it and compare again.
+	mark, _, err = f.lockMark(ctx, tx, t.Partition)
+	if err != nil {
+		return fmt.Errorf("sqlfence: check %v: %w", t, err)
+	}
+	if t.Compare(mark) != 0 {
+		return ownership.Stale(t, mark)
+	}
+	return nil
+}
+
+// check rejects tokens the table cannot hold, and unauthentic ones.
+func (f *Fence) check(t ownership.Token) error {
+	if err := checkToken(t); err != nil {
+		return err
+	}
+	if f.verify != nil {
+		if err := f.verify.Verify(t); err != nil {
+			return fmt.Errorf("sqlfence: token %v: %w", t, err)
+		}
+	}
+	return nil
+}
+
+func checkToken(t ownership.Token) error {
+	if t.Epoch == 0 {
+		return fmt.Errorf("sqlfence: token %v: epoch 0 is never fenced (epochs start at 1)", t)
+	}
+	if t.Epoch > math.MaxInt64 {
+		return fmt.Errorf("sqlfence: token %v: epoch above 2^63-1", t)
+	}
+	return checkName(t.Owner)
+}
+
+func checkName(name string) error {
+	if !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
+		return fmt.Errorf("sqlfence: owner %q: not valid UTF-8 without NUL bytes", name)
+	}
+	return nil
+}
+
+// tokenArgs returns t as the parameters $1..$4 of the fence statement.
+func tokenArgs(t ownership.Token) [4]any {
+	return [4]any{int64(t.Partition), int64(t.Epoch), t.Owner, incarnationText(t.Incarnation)}
+}
+
+// incarnationText is the stored form of an incarnation: fixed-width hex,
+// so that text order is numeric order.
+func incarnationText(inc uint64) string { return fmt.Sprintf("%016x", inc) }
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// read runs query (current or lock) for partition p and returns the mark,
+// or the zero token of p and found false if p has no row.
+func (f *Fence) read(ctx context.Context, q querier, query string, p uint32) (mark ownership.Token, found bool, err error) {
+	var (
+		epoch int64
+		owner string
+		inc   string
+	)
+	err = q.QueryRowContext(ctx, query, int64(p)).Scan(&epoch, &owner, &inc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ownership.Token{Partition: p}, false, nil
+	}
+	if err != nil {
+		return ownership.Token{}, false, err
+	}
+	return decodeMark(p, epoch, owner, inc)
+}
+
+func decodeMark(p uint32, epoch int64, owner, inc string) (ownership.Token, bool, error) {
+	n, err := strconv.ParseUint(inc, 16, 64)
+	if epoch <= 0 || len(inc) != 16 || err != nil {
+		return ownership.Token{}, false, fmt.Errorf("corrupt fence row for p%d: epoch %d, incarnation %q", p, epoch, inc)
+	}
+	return ownership.Token{Partition: p, Epoch: uint64(epoch), Owner: owner, Incarnation: n}, true, nil
+}

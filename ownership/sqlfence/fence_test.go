@@ -1,0 +1,639 @@
+package sqlfence_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
+)
+
+func tok(p uint32, epoch uint64, owner string, inc uint64) ownership.Token {
+	return ownership.Token{Partition: p, Epoch: epoch, Owner: owner, Incarnation: inc}
+}
+
+// wantStale fails unless err is a stale-token error carrying current.
+func wantStale(t *testing.T, err error, current ownership.Token) {
+	t.Helper()
+	if !errors.Is(err, ownership.ErrStaleToken) {
+		t.Fatalf("error %v, want a stale token error", err)
+	}
+	var se *ownership.StaleTokenError
+	if !errors.As(err, &se) {
+		t.Fatalf("error %v is not a *StaleTokenError", err)
+	}
+	if !se.Current.Same(current) {
+		t.Fatalf("stale error carries current %v, want %v", se.Current, current)
+	}
+}
+
+func TestFenceAdvances(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFence(t, b.open(t), b.dialect)
+			ctx, cancel := testContext(t)
+			defer cancel()
+
+			got, err := f.Current(ctx, 7)
+			if err != nil || !got.IsZero() || got.Partition != 7 {
+				t.Fatalf("Current of unfenced partition = %v, %v; want zero token of p7", got, err)
+			}
+			t1 := tok(7, 1, "a", 1)
+			t2 := tok(7, 2, "b", 2)
+			for _, step := range []struct {
+				fence, want ownership.Token
+				stale       bool
+			}{
+				{fence: t1, want: t1},
+				{fence: t1, want: t1},              // refence: no-op
+				{fence: t2, want: t2},              // advance
+				{fence: t1, want: t2, stale: true}, // lower
+				{fence: t2, want: t2},
+			} {
+				mark, err := f.Fence(ctx, step.fence)
+				if step.stale {
+					wantStale(t, err, step.want)
+				} else if err != nil {
+					t.Fatalf("Fence(%v): %v", step.fence, err)
+				}
+				if !mark.Same(step.want) {
+					t.Fatalf("Fence(%v) = %v, want %v", step.fence, mark, step.want)
+				}
+				if cur, err := f.Current(ctx, 7); err != nil || !cur.Same(step.want) {
+					t.Fatalf("Current after Fence(%v) = %v, %v; want %v", step.fence, cur, err, step.want)
+				}
+			}
+			// Other partitions are independent.
+			if got, err := f.Fence(ctx, tok(8, 1, "a", 1)); err != nil || !got.Same(tok(8, 1, "a", 1)) {
+				t.Fatalf("Fence on p8 = %v, %v", got, err)
+			}
+		})
+	}
+}
+
+// TestFenceOrder checks that the database orders tokens exactly as
+// Token.Compare does: owner names bytewise (not by the server's locale),
+// incarnations as unsigned numbers.
+func TestFenceOrder(t *testing.T) {
+	owners := []string{"", "A", "Z", "a", "ab", "b", "node-1", "node-10", "node-2", "z", "é", "ü", "ß", "日本", "a b", "a\x01"}
+	incs := []uint64{0, 1, 0xff, 1 << 62, 1<<63 - 1, 1 << 63, 1<<63 + 1, math.MaxUint64}
+	var toks []ownership.Token
+	for _, e := range []uint64{1, 2, 255, 256, math.MaxInt64} {
+		for _, o := range owners {
+			for _, i := range incs {
+				toks = append(toks, tok(0, e, o, i))
+			}
+		}
+	}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			table := uniqueName(t, db, "tenure_fence")
+			f, err := sqlfence.New(db, b.dialect, sqlfence.Config{Table: table})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := testContext(t)
+			defer cancel()
+			if err := f.CreateSchema(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			checkOrder := func(from uint32) {
+				t.Helper()
+				for p := from; p < from+150; p++ {
+					x, y := toks[rng.IntN(len(toks))], toks[rng.IntN(len(toks))]
+					if p%150 < 20 { // same epoch, or same epoch and owner: the hard cases
+						y.Epoch = x.Epoch
+						if p%150 < 10 {
+							y.Owner = x.Owner
+						}
+					}
+					x.Partition, y.Partition = p, p
+					if _, err := f.Fence(ctx, x); err != nil {
+						t.Fatalf("Fence(%v) on a fresh partition: %v", x, err)
+					}
+					mark, err := f.Fence(ctx, y)
+					switch c := y.Compare(x); {
+					case c < 0:
+						wantStale(t, err, x)
+					case err != nil:
+						t.Fatalf("Fence(%v) after %v: %v", y, x, err)
+					case !mark.Same(y):
+						t.Fatalf("Fence(%v) after %v = %v", y, x, mark)
+					}
+				}
+			}
+			checkOrder(0)
+			if b.name != "postgres" {
+				return
+			}
+			// The server's default collation may order text by locale; the
+			// table must not.
+			var coll string
+			if err := db.QueryRowContext(ctx, `SELECT collation_name FROM information_schema.columns
+				WHERE table_name = $1 AND column_name = 'owner'`, table).Scan(&coll); err != nil || coll != "C" {
+				t.Fatalf("owner column collation = %q, %v; want C", coll, err)
+			}
+			// Nor may the statements rely on the column's collation: give it
+			// a locale's, where "Z" > "a", and check the order again.
+			var icu bool
+			if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_collation WHERE collname = 'en-x-icu')`).Scan(&icu); err != nil {
+				t.Fatal(err)
+			}
+			if icu {
+				if _, err := db.ExecContext(ctx, `ALTER TABLE "`+table+`" ALTER COLUMN owner TYPE TEXT COLLATE "en-x-icu"`); err != nil {
+					t.Fatal(err)
+				}
+				// New connections: the old ones cached plans for the old type.
+				if f, err = sqlfence.New(b.open(t), b.dialect, sqlfence.Config{Table: table}); err != nil {
+					t.Fatal(err)
+				}
+				checkOrder(1000)
+			}
+		})
+	}
+}
+
+func TestDoExact(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f := newFence(t, db, b.dialect)
+			kv := newKV(t, db)
+			ctx, cancel := testContext(t)
+			defer cancel()
+
+			t1, t2, t3 := tok(3, 1, "a", 1), tok(3, 2, "b", 2), tok(3, 3, "c", 3)
+			// Never fenced: even the right token is refused.
+			if err := kv.put(ctx, f, t1, ownership.Exact, "k", "v0"); !errors.Is(err, ownership.ErrNotFenced) {
+				t.Fatalf("Exact write to an unfenced partition = %v, want ErrNotFenced", err)
+			}
+			mustFence(t, f, t1)
+			if err := kv.put(ctx, f, t1, ownership.Exact, "k", "v1"); err != nil {
+				t.Fatalf("write under the mark: %v", err)
+			}
+			mustFence(t, f, t2)
+			wantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k", "old"), t2)
+			if err := kv.put(ctx, f, t3, ownership.Exact, "k", "unfenced"); !errors.Is(err, ownership.ErrNotFenced) {
+				t.Fatalf("Exact write above the mark = %v, want ErrNotFenced", err)
+			}
+			if err := kv.put(ctx, f, t2, ownership.Exact, "k", "v2"); err != nil {
+				t.Fatalf("write under the new mark: %v", err)
+			}
+			if got := kv.get(t, "k"); got != "v2" {
+				t.Fatalf("k = %q, want v2", got)
+			}
+			if cur, _ := f.Current(ctx, 3); !cur.Same(t2) {
+				t.Fatalf("Exact writes moved the mark to %v", cur)
+			}
+			if n := db.Stats().InUse; n != 0 {
+				t.Fatalf("%d connections still in use", n)
+			}
+		})
+	}
+}
+
+func TestDoMonotonic(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f := newFence(t, db, b.dialect)
+			kv := newKV(t, db)
+			ctx, cancel := testContext(t)
+			defer cancel()
+
+			t1, t2, t3 := tok(4, 1, "a", 1), tok(4, 2, "b", 2), tok(4, 3, "c", 3)
+			// A first write fences the partition.
+			if err := kv.put(ctx, f, t2, ownership.Monotonic, "k", "v2"); err != nil {
+				t.Fatalf("first monotonic write: %v", err)
+			}
+			if cur, _ := f.Current(ctx, 4); !cur.Same(t2) {
+				t.Fatalf("mark after first write = %v, want %v", cur, t2)
+			}
+			wantStale(t, kv.put(ctx, f, t1, ownership.Monotonic, "k", "old"), t2)
+			if _, err := f.Fence(ctx, t1); !errors.Is(err, ownership.ErrStaleToken) {
+				t.Fatalf("Fence below a monotonic write: %v", err)
+			}
+			// A higher write that rolls back leaves the mark alone.
+			boom := errors.New("boom")
+			err := f.Do(ctx, t3, ownership.Monotonic, func(tx *sql.Tx) error {
+				if _, err := tx.ExecContext(ctx, kv.upsert, "k", "rolled back"); err != nil {
+					return err
+				}
+				return boom
+			})
+			if err != boom {
+				t.Fatalf("Do returned %v, want fn's error unchanged", err)
+			}
+			if cur, _ := f.Current(ctx, 4); !cur.Same(t2) {
+				t.Fatalf("rolled-back write moved the mark to %v", cur)
+			}
+			if err := kv.put(ctx, f, t3, ownership.Monotonic, "k", "v3"); err != nil {
+				t.Fatalf("higher monotonic write: %v", err)
+			}
+			if cur, _ := f.Current(ctx, 4); !cur.Same(t3) {
+				t.Fatalf("mark after higher write = %v, want %v", cur, t3)
+			}
+			wantStale(t, kv.put(ctx, f, t2, ownership.Exact, "k", "old"), t3)
+			if got := kv.get(t, "k"); got != "v3" {
+				t.Fatalf("k = %q, want v3", got)
+			}
+		})
+	}
+}
+
+func TestDoRollsBack(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f := newFence(t, db, b.dialect)
+			kv := newKV(t, db)
+			ctx, cancel := testContext(t)
+			defer cancel()
+			t1 := tok(1, 1, "a", 1)
+			mustFence(t, f, t1)
+
+			boom := errors.New("boom")
+			err := f.Do(ctx, t1, ownership.Exact, func(tx *sql.Tx) error {
+				if _, err := tx.ExecContext(ctx, kv.upsert, "k", "no"); err != nil {
+					return err
+				}
+				return fmt.Errorf("wrapped: %w", boom)
+			})
+			if !errors.Is(err, boom) {
+				t.Fatalf("Do = %v, want fn's error", err)
+			}
+			func() {
+				defer func() {
+					if r := recover(); r != "fn panic" {
+						t.Fatalf("recovered %v, want fn's panic", r)
+					}
+				}()
+				_ = f.Do(ctx, t1, ownership.Exact, func(tx *sql.Tx) error {
+					if _, err := tx.ExecContext(ctx, kv.upsert, "k", "no"); err != nil {
+						return err
+					}
+					panic("fn panic")
+				})
+			}()
+			if got := kv.get(t, "k"); got != "" {
+				t.Fatalf("k = %q after rolled back writes", got)
+			}
+			if n := db.Stats().InUse; n != 0 {
+				t.Fatalf("%d connections still in use: a transaction leaked", n)
+			}
+			// A cancelled context fails cleanly too.
+			cctx, ccancel := context.WithCancel(ctx)
+			ccancel()
+			if err := kv.put(cctx, f, t1, ownership.Exact, "k", "no"); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Do with a cancelled context = %v", err)
+			}
+			// And the fence still works afterwards.
+			if err := kv.put(ctx, f, t1, ownership.Exact, "k", "yes"); err != nil {
+				t.Fatalf("write after rollbacks: %v", err)
+			}
+			if got := kv.get(t, "k"); got != "yes" {
+				t.Fatalf("k = %q, want yes", got)
+			}
+		})
+	}
+}
+
+// TestFenceWaitsForDo: a fence that lands while a write holds the partition
+// waits for the write's commit, and the write commits.
+func TestFenceWaitsForDo(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f, table := newFenceTable(t, db, b.dialect)
+			kv := newKV(t, db)
+			ctx, cancel := testContext(t)
+			defer cancel()
+			t1, t2 := tok(2, 1, "a", 1), tok(2, 2, "b", 2)
+			mustFence(t, f, t1)
+
+			holding, release := make(chan struct{}), make(chan struct{})
+			doErr := make(chan error, 1)
+			go func() {
+				doErr <- f.Do(ctx, t1, ownership.Exact, func(tx *sql.Tx) error {
+					if _, err := tx.ExecContext(ctx, kv.upsert, "k", "t1"); err != nil {
+						return err
+					}
+					close(holding)
+					<-release
+					return nil
+				})
+			}()
+			select {
+			case <-holding:
+			case err := <-doErr:
+				t.Fatalf("Do ended early: %v", err)
+			}
+			fenced := make(chan error, 1)
+			go func() {
+				_, err := f.Fence(ctx, t2)
+				fenced <- err
+			}()
+			if b.name == "postgres" {
+				waitForLockWait(t, db, table)
+			}
+			select {
+			case err := <-fenced:
+				t.Fatalf("Fence returned (%v) while a write held the partition", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			close(release)
+			if err := <-doErr; err != nil {
+				t.Fatalf("write that held the partition: %v", err)
+			}
+			if err := <-fenced; err != nil {
+				t.Fatalf("Fence: %v", err)
+			}
+			if got := kv.get(t, "k"); got != "t1" {
+				t.Fatalf("k = %q, want t1", got)
+			}
+			wantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k", "late"), t2)
+		})
+	}
+}
+
+// waitForLockWait polls until a PostgreSQL backend waits for a lock in a
+// statement on table.
+func waitForLockWait(t *testing.T, db *sql.DB, table string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database() AND strpos(query, $1) > 0`, table).Scan(&n)
+		if err != nil {
+			t.Fatalf("pg_stat_activity: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no backend waits for the partition's row lock")
+		}
+		<-tick.C
+	}
+}
+
+func TestAuthorityClaims(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f := newFence(t, db, b.dialect)
+			kv := newKV(t, db)
+			a := f.Authority()
+			ctx, cancel := testContext(t)
+			defer cancel()
+			na, nb := ownership.Node{Name: "a", Incarnation: 1 << 63}, ownership.Node{Name: "b", Incarnation: 5}
+
+			ta, err := a.Claim(ctx, 9, na, ownership.Token{})
+			if err != nil || !ta.Same(tok(9, 1, "a", 1<<63)) {
+				t.Fatalf("first claim = %v, %v", ta, err)
+			}
+			// The claim is a fence: the claimant may write at once.
+			if err := kv.put(ctx, f, ta, ownership.Exact, "k", "a"); err != nil {
+				t.Fatalf("write under a claimed token: %v", err)
+			}
+			// Claiming from a stale view loses and learns the mark.
+			_, err = a.Claim(ctx, 9, nb, ownership.Token{})
+			var ce *sqlfence.ConflictError
+			if !errors.Is(err, ownership.ErrConflict) || !errors.As(err, &ce) || !ce.Current.Same(ta) {
+				t.Fatalf("claim from a stale view = %v, want a conflict carrying %v", err, ta)
+			}
+			tb, err := a.Claim(ctx, 9, nb, ce.Current)
+			if err != nil || !tb.Same(tok(9, 2, "b", 5)) {
+				t.Fatalf("retried claim = %v, %v", tb, err)
+			}
+			wantStale(t, kv.put(ctx, f, ta, ownership.Exact, "k", "late"), tb)
+			if _, err := a.Claim(ctx, 9, na, ta); !errors.Is(err, ownership.ErrConflict) {
+				t.Fatalf("claim above a superseded epoch = %v", err)
+			}
+			if _, err := a.Claim(ctx, 9, na, tok(9, 7, "x", 0)); !errors.Is(err, ownership.ErrConflict) {
+				t.Fatalf("claim above an epoch the table never had = %v", err)
+			}
+			for _, bad := range []struct {
+				n    ownership.Node
+				seen ownership.Token
+			}{
+				{ownership.Node{}, tb},
+				{ownership.Node{Name: "a\x00b"}, tb},
+				{na, tok(8, 2, "b", 5)},
+				{na, tok(9, math.MaxInt64, "b", 5)},
+			} {
+				if got, err := a.Claim(ctx, 9, bad.n, bad.seen); err == nil || errors.Is(err, ownership.ErrConflict) {
+					t.Fatalf("Claim(%v, %v) = %v, %v; want a usage error", bad.n, bad.seen, got, err)
+				}
+			}
+			if cur, _ := f.Current(ctx, 9); !cur.Same(tb) {
+				t.Fatalf("mark = %v, want %v", cur, tb)
+			}
+		})
+	}
+}
+
+func TestVerifier(t *testing.T) {
+	keys, err := ownership.NewKeyring(ownership.Key("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f, err := sqlfence.New(db, b.dialect, sqlfence.Config{Table: uniqueName(t, db, "tenure_fence"), Verifier: keys})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := testContext(t)
+			defer cancel()
+			if err := f.CreateSchema(ctx); err != nil {
+				t.Fatal(err)
+			}
+			good := keys.Sign(tok(1, 1, "good", 1))
+			forged := good
+			forged.Epoch = 1 << 40
+			for _, bad := range []ownership.Token{tok(1, 1<<40, "evil", 1), forged} {
+				if _, err := f.Fence(ctx, bad); !errors.Is(err, ownership.ErrBadMAC) {
+					t.Fatalf("Fence(%v) = %v, want ErrBadMAC", bad, err)
+				}
+				if err := f.Do(ctx, bad, ownership.Monotonic, func(*sql.Tx) error { return nil }); !errors.Is(err, ownership.ErrBadMAC) {
+					t.Fatalf("Do(%v) = %v, want ErrBadMAC", bad, err)
+				}
+			}
+			if cur, _ := f.Current(ctx, 1); !cur.IsZero() {
+				t.Fatalf("unauthentic token fenced: mark %v", cur)
+			}
+			mustFence(t, f, good)
+			if err := f.Do(ctx, good, ownership.Exact, func(*sql.Tx) error { return nil }); err != nil {
+				t.Fatalf("Do with a signed token: %v", err)
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	db := openSQLite(t)
+	if _, err := sqlfence.New(nil, sqlfence.SQLite(), sqlfence.Config{}); err == nil {
+		t.Error("New with a nil db succeeded")
+	}
+	if _, err := sqlfence.New(db, sqlfence.Dialect{}, sqlfence.Config{}); err == nil {
+		t.Error("New with the zero Dialect succeeded")
+	}
+	for _, name := range []string{"", "t", "T_1", "public.tenure", "_x"} {
+		if err := (sqlfence.Config{Table: name}).Validate(); err != nil {
+			t.Errorf("Validate(%q) = %v", name, err)
+		}
+	}
+	for _, name := range []string{"1t", "a-b", `a"b`, "a.b.c", "a.", ".a", "t; DROP TABLE x", strings.Repeat("x", 64), "é"} {
+		cfg := sqlfence.Config{Table: name}
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("Validate(%q) succeeded", name)
+		}
+		if _, err := sqlfence.New(db, sqlfence.SQLite(), cfg); err == nil {
+			t.Errorf("New with table %q succeeded", name)
+		}
+	}
+	f := newFence(t, db, sqlfence.SQLite())
+	ctx, cancel := testContext(t)
+	defer cancel()
+	noop := func(*sql.Tx) error { return nil }
+	for _, bad := range []ownership.Token{
+		{},
+		tok(1, 0, "a", 1),
+		tok(1, 1<<63, "a", 1),
+		tok(1, 1, "a\x00", 1),
+		tok(1, 1, "\xff", 1),
+	} {
+		if _, err := f.Fence(ctx, bad); err == nil {
+			t.Errorf("Fence(%v) succeeded", bad)
+		}
+		if err := f.Do(ctx, bad, ownership.Monotonic, noop); err == nil {
+			t.Errorf("Do(%v) succeeded", bad)
+		}
+	}
+	good := tok(1, 1, "a", 1)
+	if err := f.Do(ctx, good, ownership.Mode(9), noop); err == nil {
+		t.Error("Do with an unknown mode succeeded")
+	}
+	if err := f.Do(ctx, good, ownership.Monotonic, nil); err == nil {
+		t.Error("Do with a nil fn succeeded")
+	}
+	if cur, _ := f.Current(ctx, 1); !cur.IsZero() {
+		t.Errorf("rejected calls fenced %v", cur)
+	}
+	if got := sqlfence.SQLite().String() + " " + sqlfence.Postgres().String(); got != "sqlite postgres" {
+		t.Errorf("dialect names %q", got)
+	}
+}
+
+// TestPrepareAndClose: Do before the table exists fails and succeeds once
+// it does; after Close the fence keeps working.
+func TestPrepareAndClose(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f, err := sqlfence.New(db, b.dialect, sqlfence.Config{Table: uniqueName(t, db, "tenure_fence")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kv := newKV(t, db)
+			ctx, cancel := testContext(t)
+			defer cancel()
+			t1 := tok(1, 1, "a", 1)
+			if err := kv.put(ctx, f, t1, ownership.Exact, "k", "v"); err == nil {
+				t.Fatal("Do before CreateSchema succeeded")
+			}
+			if err := f.CreateSchema(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.CreateSchema(ctx); err != nil {
+				t.Fatalf("second CreateSchema: %v", err)
+			}
+			mustFence(t, f, t1)
+			if err := kv.put(ctx, f, t1, ownership.Exact, "k", "v1"); err != nil {
+				t.Fatalf("Do after CreateSchema: %v", err)
+			}
+			for range 2 {
+				if err := f.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			}
+			if err := kv.put(ctx, f, t1, ownership.Exact, "k", "v2"); err != nil {
+				t.Fatalf("Do after Close: %v", err)
+			}
+			t2 := tok(1, 2, "b", 1)
+			mustFence(t, f, t2)
+			wantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k", "late"), t2)
+			if got := kv.get(t, "k"); got != "v2" {
+				t.Fatalf("k = %q, want v2", got)
+			}
+		})
+	}
+}
+
+func mustFence(t *testing.T, f *sqlfence.Fence, tk ownership.Token) {
+	t.Helper()
+	ctx, cancel := testContext(t)
+	defer cancel()
+	if got, err := f.Fence(ctx, tk); err != nil || !got.Same(tk) {
+		t.Fatalf("Fence(%v) = %v, %v", tk, got, err)
+	}
+}
+
+// kv is a key/value table the tests write through the fence.
+type kv struct {
+	db     *sql.DB
+	table  string
+	upsert string
+}
+
+func newKV(t testing.TB, db *sql.DB) *kv {
+	t.Helper()
+	name := uniqueName(t, db, "tenure_kv")
+	ctx, cancel := testContext(t)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE "`+name+`" (k TEXT PRIMARY KEY, v TEXT NOT NULL)`); err != nil {
+		t.Fatalf("create kv table: %v", err)
+	}
+	return &kv{db: db, table: name,
+		upsert: `INSERT INTO "` + name + `" (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v`}
+}
+
+func (s *kv) put(ctx context.Context, f *sqlfence.Fence, tk ownership.Token, m ownership.Mode, k, v string) error {
+	return f.Do(ctx, tk, m, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, s.upsert, k, v)
+		return err
+	})
+}
+
+func (s *kv) get(t *testing.T, k string) string {
+	t.Helper()
+	var v string
+	err := s.db.QueryRow(`SELECT v FROM "`+s.table+`" WHERE k = $1`, k).Scan(&v)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		t.Fatalf("get %q: %v", k, err)
+	}
+	return v
+}
