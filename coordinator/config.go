@@ -137,8 +137,11 @@ type Config struct {
 	// Grace is the wait before claiming the partitions of a node that left
 	// the membership without releasing them (a crash or a partition). A
 	// longer grace lets a cut-off owner step down before it is fenced
-	// (fewer rejected writes); a shorter one fails over sooner. Safety does
-	// not depend on it. Default: StepDown.
+	// (fewer rejected writes); a shorter one fails over sooner. Choose it
+	// above StepDown plus the spread of failure detection across nodes:
+	// while nodes disagree on who is gone, both sides of a split can count
+	// a quorum for a moment, and a claim made then fences a healthy owner.
+	// Safety does not depend on it. Default: 10 s (LAN), 1.5 s (local).
 	Grace time.Duration
 	// StepDown is how long a node that can't see a quorum of the last
 	// stable membership keeps serving before it revokes every lease (L4).
@@ -160,7 +163,14 @@ type Config struct {
 	RejoinInterval time.Duration
 	// StableAfter: a membership unchanged for this long becomes the stable
 	// membership against which quorum is counted, provided it holds a
-	// quorum of the previous stable one. Default: 2 s (local 500 ms).
+	// quorum of the previous stable one. It must exceed the spread of
+	// failure detection across nodes (memberlist's suspicion timeout, some
+	// seconds): otherwise the minority side of a partition, which loses
+	// sight of the others one at a time, could shrink its stable set step
+	// by step and keep a quorum. Longer is safer; the cost is that the
+	// stable set follows crashes slowly, so several crashes within
+	// StableAfter count against the older, larger set. Default: 30 s (LAN),
+	// 60 s (WAN), 5 s (local).
 	StableAfter time.Duration
 	// MinQuorum, when > 0, replaces the majority rule: a node has a quorum
 	// when it sees at least MinQuorum members (itself included). Use 1 to
@@ -196,14 +206,14 @@ func LANConfig() Config {
 		BindPort:       7946,
 		Ring:           ring.DefaultConfig(),
 		TickInterval:   100 * time.Millisecond,
-		StepDown:       4 * time.Second,
-		Grace:          4 * time.Second,
+		StepDown:       5 * time.Second,
+		Grace:          10 * time.Second,
 		HandoffTimeout: 10 * time.Second,
 		AcquireTimeout: 5 * time.Second,
 		ReleaseTimeout: 5 * time.Second,
 		RetryInterval:  time.Second,
 		RejoinInterval: 5 * time.Second,
-		StableAfter:    2 * time.Second,
+		StableAfter:    30 * time.Second,
 		LeaveTimeout:   time.Second,
 		Memberlist:     ml,
 	}
@@ -218,10 +228,10 @@ func WANConfig() Config {
 	c.Memberlist = ml
 	c.TickInterval = 250 * time.Millisecond
 	c.StepDown = 15 * time.Second
-	c.Grace = 15 * time.Second
+	c.Grace = 30 * time.Second
 	c.HandoffTimeout = 30 * time.Second
 	c.RejoinInterval = 15 * time.Second
-	c.StableAfter = 10 * time.Second
+	c.StableAfter = 60 * time.Second
 	return c
 }
 
@@ -230,26 +240,29 @@ func WANConfig() Config {
 func LocalConfig() Config {
 	c := LANConfig()
 	ml := memberlist.DefaultLocalConfig()
-	ml.ProbeInterval = 100 * time.Millisecond
-	ml.ProbeTimeout = 50 * time.Millisecond
-	ml.GossipInterval = 20 * time.Millisecond
-	ml.SuspicionMult = 2
+	// Fast, but not so tight that a loaded 2-core machine makes nodes
+	// suspect each other (measured under a load average of 14).
+	ml.ProbeInterval = 200 * time.Millisecond
+	ml.ProbeTimeout = 100 * time.Millisecond
+	ml.GossipInterval = 50 * time.Millisecond
+	ml.SuspicionMult = 3
+	ml.SuspicionMaxTimeoutMult = 2
 	ml.PushPullInterval = 2 * time.Second
-	ml.TCPTimeout = 500 * time.Millisecond
+	ml.TCPTimeout = 2 * time.Second
 	ml.GossipToTheDeadTime = 2 * time.Second
 	ml.DeadNodeReclaimTime = 100 * time.Millisecond
 	c.Memberlist = ml
 	c.BindAddr = "127.0.0.1"
 	c.BindPort = 0
 	c.TickInterval = 20 * time.Millisecond
-	c.StepDown = 500 * time.Millisecond
-	c.Grace = 200 * time.Millisecond
+	c.StepDown = time.Second
+	c.Grace = 1500 * time.Millisecond
 	c.HandoffTimeout = 2 * time.Second
 	c.AcquireTimeout = 2 * time.Second
 	c.ReleaseTimeout = 2 * time.Second
 	c.RetryInterval = 100 * time.Millisecond
 	c.RejoinInterval = 500 * time.Millisecond
-	c.StableAfter = 500 * time.Millisecond
+	c.StableAfter = 5 * time.Second
 	c.LeaveTimeout = 500 * time.Millisecond
 	return c
 }
@@ -279,7 +292,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	dur(&c.TickInterval, d.TickInterval)
 	dur(&c.StepDown, d.StepDown)
-	dur(&c.Grace, c.StepDown)
+	dur(&c.Grace, d.Grace)
 	dur(&c.AcquireTimeout, d.AcquireTimeout)
 	dur(&c.ReleaseTimeout, d.ReleaseTimeout)
 	dur(&c.RetryInterval, d.RetryInterval)

@@ -53,6 +53,18 @@ func TestPartitionMinorityStepsDownAndHealMerges(t *testing.T) {
 			minor = append(minor, n)
 		}
 	}
+	// Writes go on through the split: a majority owner whose lease a
+	// minority claim fenced out during the detection spread learns it from
+	// its first rejected write.
+	w := &writer{tc: tc}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.run(wctx, 9)
+	}()
+	defer func() { stop(); <-done }()
 	if err := fn.Partition(names(major), names(minor)); err != nil {
 		t.Fatal(err)
 	}

@@ -451,9 +451,15 @@ func (m *Machine) stepAll() {
 func (m *Machine) step(p uint32) {
 	s := &m.parts[p]
 	if m.stepDown() && s.phase >= Acquiring {
-		// L4: no quorum for too long; stop serving, publish nothing (we
-		// can't be heard anyway, and the others fence us when they claim).
+		// L4: no quorum for too long; stop serving. The release is queued
+		// for gossip: it reaches the others after the heal, so a node that
+		// claimed the partition meanwhile with a lower epoch learns it is
+		// free instead of waiting for this node.
 		m.emit(ActRevoke, s.token, false)
+		m.emit(ActPublish, s.token, true)
+		if c := (Claim{Token: s.token, Released: true}); c.Compare(s.holder) > 0 {
+			s.holder = c
+		}
 		s.phase = Unowned
 		s.token = Token{}
 		return
