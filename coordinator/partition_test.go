@@ -12,8 +12,7 @@ import (
 // faultCluster is a testCluster whose gossip runs over a faultnet.Network.
 func faultCluster(t *testing.T) (*testCluster, *faultnet.Network) {
 	fn := faultnet.New(faultnet.WithSeed(1))
-	var tc *testCluster
-	tc = newTestCluster(t, func(c *Config) {
+	tc := newTestCluster(t, func(c *Config) {
 		tr, err := fn.Transport(c.Name, faultnet.TransportConfig{})
 		if err != nil {
 			t.Fatal(err)

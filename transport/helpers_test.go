@@ -1,0 +1,359 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ring"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testPartitions keeps clusters quick to converge.
+const testPartitions = 16
+
+func testCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// The test service, hand-described so the tests need no generated code:
+// tenure.transport.test.KV with
+//   - Put (unary): BytesValue -> StringValue (the serving node's name)
+//   - Count (client stream): BytesValue... -> StringValue ("node:n")
+//   - Repeat (server stream): BytesValue -> StringValue x3 (node names)
+const (
+	methodPut    = "/tenure.transport.test.KV/Put"
+	methodCount  = "/tenure.transport.test.KV/Count"
+	methodRepeat = "/tenure.transport.test.KV/Repeat"
+)
+
+type kvServer interface {
+	put(ctx context.Context, v *wrapperspb.BytesValue) (*wrapperspb.StringValue, error)
+	node() string
+}
+
+var kvDesc = grpc.ServiceDesc{
+	ServiceName: "tenure.transport.test.KV",
+	HandlerType: (*kvServer)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Put",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.BytesValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := func(ctx context.Context, req any) (any, error) {
+				return srv.(kvServer).put(ctx, req.(*wrapperspb.BytesValue))
+			}
+			if icpt == nil {
+				return h(ctx, in)
+			}
+			return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: methodPut}, h)
+		},
+	}},
+	Streams: []grpc.StreamDesc{
+		{StreamName: "Count", ClientStreams: true, Handler: countHandler},
+		{StreamName: "Repeat", ServerStreams: true, Handler: repeatHandler},
+	},
+}
+
+var (
+	countDesc  = &grpc.StreamDesc{StreamName: "Count", ClientStreams: true}
+	repeatDesc = &grpc.StreamDesc{StreamName: "Repeat", ServerStreams: true}
+)
+
+func countHandler(srv any, ss grpc.ServerStream) error {
+	if _, ok := LeaseFrom(ss.Context()); !ok {
+		return status.Error(codes.Internal, "no lease in the stream's context")
+	}
+	n := 0
+	for {
+		var m wrapperspb.BytesValue
+		err := ss.RecvMsg(&m)
+		if err == io.EOF {
+			return ss.SendMsg(wrapperspb.String(fmt.Sprintf("%s:%d", srv.(kvServer).node(), n)))
+		}
+		if err != nil {
+			return err
+		}
+		n++
+	}
+}
+
+func repeatHandler(srv any, ss grpc.ServerStream) error {
+	if _, ok := LeaseFrom(ss.Context()); !ok {
+		return status.Error(codes.Internal, "no lease in the stream's context")
+	}
+	var m wrapperspb.BytesValue
+	if err := ss.RecvMsg(&m); err != nil {
+		return err
+	}
+	for range 3 {
+		if err := ss.SendMsg(wrapperspb.String(srv.(kvServer).node())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeLog records the writes a fenced resource accepted, per partition.
+type writeLog struct {
+	mu       sync.Mutex
+	accepted map[uint32][]ownership.Token
+	stale    int // writes that ran under a token that was not the mark
+	total    int
+}
+
+func newWriteLog() *writeLog { return &writeLog{accepted: map[uint32][]ownership.Token{}} }
+
+// kv is the resource's server: every Put is a write fenced in Exact mode
+// under the lease the guard gave the call.
+type kv struct {
+	name  string
+	fence *ownership.MemoryFence // nil: no write, only answer
+	log   *writeLog
+	calls atomic.Int64
+	open  bool // served without a guard: no lease expected
+}
+
+func (s *kv) node() string { return s.name }
+
+func (s *kv) put(ctx context.Context, _ *wrapperspb.BytesValue) (*wrapperspb.StringValue, error) {
+	s.calls.Add(1)
+	if s.open {
+		return wrapperspb.String(s.name), nil
+	}
+	l, ok := LeaseFrom(ctx)
+	if !ok {
+		return nil, status.Error(codes.Internal, "no lease in the handler's context")
+	}
+	if s.fence != nil {
+		t := l.Token()
+		err := s.fence.Do(ctx, t, ownership.Exact, func() error {
+			s.log.mu.Lock()
+			defer s.log.mu.Unlock()
+			if cur := s.fence.Current(t.Partition); !cur.Same(t) {
+				s.log.stale++
+			}
+			s.log.accepted[t.Partition] = append(s.log.accepted[t.Partition], t)
+			s.log.total++
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return wrapperspb.String(s.name), nil
+}
+
+// checkLog asserts S1 on the log: every accepted write ran under the mark,
+// and per partition the accepted tokens never go down.
+func checkLog(t *testing.T, log *writeLog) {
+	t.Helper()
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if log.stale != 0 {
+		t.Errorf("%d writes ran under a token that was not the resource's mark", log.stale)
+	}
+	for p, ts := range log.accepted {
+		for i := 1; i < len(ts); i++ {
+			if ts[i].Less(ts[i-1]) {
+				t.Errorf("partition %d: write under %v accepted after %v", p, ts[i], ts[i-1])
+			}
+		}
+	}
+}
+
+func put(ctx context.Context, cc grpc.ClientConnInterface, key string) (string, error) {
+	out := new(wrapperspb.StringValue)
+	err := cc.Invoke(WithKey(ctx, []byte(key)), methodPut, wrapperspb.Bytes([]byte(key)), out)
+	return out.GetValue(), err
+}
+
+// --- fakes ---
+
+// fakeLeases answers Lease with a function; Self is "self".
+type fakeLeases struct {
+	lease    func(key []byte) (*ownership.Lease, error)
+	reported atomic.Int64
+}
+
+func (f *fakeLeases) Lease(key []byte) (*ownership.Lease, error) { return f.lease(key) }
+func (f *fakeLeases) Self() ownership.Node                       { return ownership.Node{Name: "self", Incarnation: 7} }
+func (f *fakeLeases) ReportStale(error) bool                     { f.reported.Add(1); return true }
+
+func notOwner(node, addr string, epoch uint64) error {
+	o := coordinator.OwnerInfo{Partition: 3, Node: node, Addr: addr}
+	if epoch > 0 {
+		o.Token = ownership.Token{Partition: 3, Epoch: epoch, Owner: node, Incarnation: 1}
+	}
+	return &coordinator.NotOwnerError{Owner: o}
+}
+
+// fakeOwners names one address for every key.
+type fakeOwners struct {
+	mu   sync.Mutex
+	addr string
+	err  error
+}
+
+func (f *fakeOwners) Owner([]byte) (coordinator.OwnerInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return coordinator.OwnerInfo{}, f.err
+	}
+	return coordinator.OwnerInfo{Partition: 3, Node: "n-" + f.addr, Addr: f.addr}, nil
+}
+
+func (f *fakeOwners) set(addr string) {
+	f.mu.Lock()
+	f.addr = addr
+	f.mu.Unlock()
+}
+
+// bufNet is a set of in-memory gRPC servers by address.
+type bufNet struct {
+	t    *testing.T
+	mu   sync.Mutex
+	lis  map[string]*bufconn.Listener
+	srvs map[string]*grpc.Server
+}
+
+func newBufNet(t *testing.T) *bufNet {
+	n := &bufNet{t: t, lis: map[string]*bufconn.Listener{}, srvs: map[string]*grpc.Server{}}
+	t.Cleanup(func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		for _, s := range n.srvs {
+			s.Stop()
+		}
+	})
+	return n
+}
+
+// serve starts a server at addr with opts; register registers services.
+func (n *bufNet) serve(addr string, register func(*grpc.Server), opts ...grpc.ServerOption) {
+	lis := bufconn.Listen(1 << 20)
+	s := grpc.NewServer(opts...)
+	register(s)
+	n.mu.Lock()
+	n.lis[addr], n.srvs[addr] = lis, s
+	n.mu.Unlock()
+	go func() { _ = s.Serve(lis) }()
+}
+
+func (n *bufNet) dialer() grpc.DialOption {
+	return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		n.mu.Lock()
+		lis := n.lis[addr]
+		n.mu.Unlock()
+		if lis == nil {
+			return nil, errors.New("bufnet: nothing listens at " + addr)
+		}
+		return lis.DialContext(ctx)
+	})
+}
+
+func (n *bufNet) dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{n.dialer(), grpc.WithTransportCredentials(insecure.NewCredentials())}
+}
+
+func (n *bufNet) router(owners Owners, tweak func(*RouterConfig)) *Router {
+	cfg := RouterConfig{Owners: owners, DialOptions: n.dialOptions(), BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	r, err := NewRouter(cfg)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// guarded registers a kv named name behind a guard on leases at addr.
+func (n *bufNet) guarded(addr string, leases Leases) *kv {
+	g, err := NewGuard(GuardConfig{Leases: leases})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	s := &kv{name: addr}
+	n.serve(addr, func(gs *grpc.Server) { gs.RegisterService(&kvDesc, s) }, g.ServerOptions()...)
+	return s
+}
+
+// liveLease returns a lease that never ends during the test.
+func liveLease(t *testing.T) *ownership.Lease {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ownership.NewLease(ctx, ownership.Token{Partition: 3, Epoch: 2, Owner: "self", Incarnation: 7})
+}
+
+// --- real coordinators ---
+
+func coordConfig(name string) coordinator.Config {
+	cfg := coordinator.LocalConfig()
+	cfg.Name = name
+	cfg.Ring = ring.Config{Partitions: testPartitions, VirtualNodes: ring.DefaultConfig().VirtualNodes, Load: ring.DefaultConfig().Load}
+	cfg.Rand = rand.New(rand.NewPCG(uint64(len(name)), uint64(time.Now().UnixNano())))
+	cfg.Handler = coordinator.HandlerFuncs{}
+	return cfg
+}
+
+// singleNode starts a one-node cluster that owns every partition.
+func singleNode(t testing.TB, serviceAddr string, fence ownership.Fence) *coordinator.Coordinator {
+	t.Helper()
+	cfg := coordConfig("solo")
+	cfg.ServiceAddr = serviceAddr
+	cfg.Fence = fence
+	c, err := coordinator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t, 20*time.Second)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitConverged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitFor polls cond every 10 ms until it holds or ctx ends.
+func waitFor(ctx context.Context, t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tenure-go/tenure/ownership"
+)
+
+// ownerAt returns a fakeLeases that serves when owner() names "self" and
+// otherwise points at owner().
+func pointing(t *testing.T, owner func() string) *fakeLeases {
+	lease := liveLease(t)
+	return &fakeLeases{lease: func([]byte) (*ownership.Lease, error) {
+		switch o := owner(); o {
+		case "self":
+			return lease, nil
+		case "":
+			return nil, notOwner("self", "", 0) // handoff
+		default:
+			return nil, notOwner(o, o, 5)
+		}
+	}}
+}
+
+func TestRouterFollowsHint(t *testing.T) {
+	n := newBufNet(t)
+	a := n.guarded("a", pointing(t, func() string { return "b" }))
+	b := n.guarded("b", pointing(t, func() string { return "self" }))
+	r := n.router(&fakeOwners{addr: "a"}, nil)
+	got, err := put(testCtx(t, 10*time.Second), r, "k")
+	if err != nil || got != "b" {
+		t.Fatalf("put = %q %v, want b", got, err)
+	}
+	if a.calls.Load() != 0 || b.calls.Load() != 1 {
+		t.Fatalf("handler calls a=%d b=%d", a.calls.Load(), b.calls.Load())
+	}
+	if st := r.Stats(); st.Redirects != 1 || st.Retries != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestRouterLoopGuard(t *testing.T) {
+	n := newBufNet(t)
+	n.guarded("a", pointing(t, func() string { return "b" }))
+	n.guarded("b", pointing(t, func() string { return "a" }))
+	r := n.router(&fakeOwners{addr: "a"}, func(c *RouterConfig) { c.MaxAttempts = 3 })
+	_, err := put(testCtx(t, 10*time.Second), r, "k")
+	if _, ok := OwnerHint(err); !ok {
+		t.Fatalf("want the last not-owner answer, got %v", err)
+	}
+	// Each row: a -> b, b points back at a (the guard), then a pause; four
+	// rows (the first and three retries).
+	if st := r.Stats(); st.Retries != 3 || st.Redirects != 8 {
+		t.Fatalf("stats %+v, want 3 retries and 8 redirects", st)
+	}
+}
+
+func TestRouterMaxRedirects(t *testing.T) {
+	n := newBufNet(t)
+	for _, hop := range [][2]string{{"a", "b"}, {"b", "c"}, {"c", "d"}, {"d", "e"}} {
+		n.guarded(hop[0], pointing(t, func() string { return hop[1] }))
+	}
+	n.guarded("e", pointing(t, func() string { return "self" }))
+	r := n.router(&fakeOwners{addr: "a"}, func(c *RouterConfig) { c.MaxRedirects = 2; c.MaxAttempts = 1 })
+	if _, err := put(testCtx(t, 10*time.Second), r, "k"); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("want FailedPrecondition after too many redirects, got %v", err)
+	}
+	r = n.router(&fakeOwners{addr: "a"}, func(c *RouterConfig) { c.MaxRedirects = 4 })
+	if got, err := put(testCtx(t, 10*time.Second), r, "k"); err != nil || got != "e" {
+		t.Fatalf("4 redirects allowed: %q %v", got, err)
+	}
+}
+
+func TestRouterWaitsOutHandoff(t *testing.T) {
+	n := newBufNet(t)
+	var refusals atomic.Int64
+	refusals.Store(3)
+	s := n.guarded("a", pointing(t, func() string {
+		if refusals.Add(-1) >= 0 {
+			return ""
+		}
+		return "self"
+	}))
+	r := n.router(&fakeOwners{addr: "a"}, nil)
+	got, err := put(testCtx(t, 10*time.Second), r, "k")
+	if err != nil || got != "a" {
+		t.Fatalf("put = %q %v", got, err)
+	}
+	if st := r.Stats(); st.Retries != 3 || s.calls.Load() != 1 {
+		t.Fatalf("stats %+v, handler calls %d", st, s.calls.Load())
+	}
+}
+
+// An owner that can't be reached is waited for, never replaced by a node
+// that answers.
+func TestRouterNeverMovesAKey(t *testing.T) {
+	n := newBufNet(t)
+	other := n.guarded("other", pointing(t, func() string { return "self" }))
+	owners := &fakeOwners{addr: "dead"}
+	r := n.router(owners, func(c *RouterConfig) { c.MaxAttempts = 1000 })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := put(ctx, r, "k")
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("want DeadlineExceeded while the owner is down, got %v", err)
+	}
+	if other.calls.Load() != 0 || r.Stats().Retries == 0 {
+		t.Fatalf("calls elsewhere %d, retries %d", other.calls.Load(), r.Stats().Retries)
+	}
+
+	// With a bounded number of attempts, the error is Unavailable.
+	r = n.router(owners, func(c *RouterConfig) { c.MaxAttempts = 2 })
+	if _, err := put(testCtx(t, 10*time.Second), r, "k"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("want Unavailable, got %v", err)
+	}
+
+	// The owner comes back (the cluster re-owned the key, say): calls flow.
+	r = n.router(owners, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := put(testCtx(t, 10*time.Second), r, "k")
+		done <- err
+	}()
+	waitFor(testCtx(t, 10*time.Second), t, "a retry", func() bool { return r.Stats().Retries > 0 })
+	owners.set("other")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if other.calls.Load() != 1 {
+		t.Fatalf("calls at the new owner: %d", other.calls.Load())
+	}
+}
+
+func TestRouterNoOwner(t *testing.T) {
+	n := newBufNet(t)
+	r := n.router(&fakeOwners{err: errors.New("no members")}, func(c *RouterConfig) { c.MaxAttempts = 2 })
+	if _, err := put(testCtx(t, 10*time.Second), r, "k"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("want Unavailable, got %v", err)
+	}
+	if r.Stats().Retries != 2 {
+		t.Fatalf("retries %d", r.Stats().Retries)
+	}
+}
+
+func TestRouterBadCalls(t *testing.T) {
+	n := newBufNet(t)
+	n.guarded("a", pointing(t, func() string { return "self" }))
+	r := n.router(&fakeOwners{addr: "a"}, nil)
+	ctx := testCtx(t, 10*time.Second)
+	out := new(wrapperspb.StringValue)
+	if err := r.Invoke(ctx, methodPut, wrapperspb.Bytes(nil), out); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("no key: %v", err)
+	}
+	if err := r.Invoke(WithKey(ctx, nil), methodPut, wrapperspb.Bytes(nil), out); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("empty key: %v", err)
+	}
+	if err := r.Invoke(WithKey(ctx, make([]byte, MaxKeySize+1)), methodPut, wrapperspb.Bytes(nil), out); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("oversized key: %v", err)
+	}
+	if _, err := r.NewStream(ctx, repeatDesc, methodRepeat); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("stream without key: %v", err)
+	}
+	// Application errors are not retried.
+	if err := r.Invoke(WithKey(ctx, []byte("k")), "/tenure.transport.test.KV/Nope", wrapperspb.Bytes(nil), out); status.Code(err) != codes.Unimplemented || r.Stats().Retries != 0 {
+		t.Fatalf("unknown method: %v, retries %d", err, r.Stats().Retries)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+	if _, err := put(ctx, r, "k"); status.Code(err) != codes.Canceled {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+func TestRouterConfigValidate(t *testing.T) {
+	for _, c := range []RouterConfig{
+		{},
+		{Owners: &fakeOwners{}, MaxRedirects: -1},
+		{Owners: &fakeOwners{}, MaxAttempts: -1},
+		{Owners: &fakeOwners{}, BackoffBase: -1},
+		{Owners: &fakeOwners{}, BackoffBase: time.Second, BackoffMax: time.Millisecond},
+	} {
+		if c.Validate() == nil {
+			t.Errorf("%+v: valid", c)
+		}
+	}
+	if err := (RouterConfig{Owners: &fakeOwners{}}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRouter(RouterConfig{Owners: &fakeOwners{addr: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := 1; i < 40; i++ {
+		if d := r.backoff(i); d < 0 || d > 500*time.Millisecond {
+			t.Fatalf("backoff(%d) = %v", i, d)
+		}
+	}
+	// Without credentials, dialing fails clearly, and is not retried.
+	if _, err := put(testCtx(t, 5*time.Second), r, "k"); status.Code(err) != codes.Internal || r.Stats().Retries != 0 {
+		t.Fatalf("no credentials: %v", err)
+	}
+}

@@ -1,0 +1,170 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/ring"
+	pb "github.com/tenure-go/tenure/transport/ownershippb"
+)
+
+// OwnershipSource is what the ownership service reads;
+// *coordinator.Coordinator implements it. Every method is called
+// concurrently and must not block.
+type OwnershipSource interface {
+	Owner(key []byte) (coordinator.OwnerInfo, error)
+	OwnerOfPartition(p uint32) (coordinator.OwnerInfo, error)
+	Table() *ring.Table
+	Subscribe(buf int) (<-chan coordinator.Event, func())
+}
+
+// OwnershipServiceConfig configures an OwnershipService.
+type OwnershipServiceConfig struct {
+	// Source is the node's coordinator. Required.
+	Source OwnershipSource
+	// PollInterval is how often a Watch re-reads every partition's owner
+	// besides on each coordinator event: the tokens of other nodes' claims
+	// arrive by gossip without an event. Default 250 ms. Shorter intervals
+	// report claims sooner and cost a scan of the table per watcher each
+	// time.
+	PollInterval time.Duration
+	// MaxBatch is the most partitions one Watch message lists; a larger
+	// snapshot or change spans several messages. Default 4096.
+	MaxBatch int
+}
+
+// Validate reports the first problem with c. It does not change c.
+func (c OwnershipServiceConfig) Validate() error {
+	switch {
+	case c.Source == nil:
+		return errors.New("transport: OwnershipServiceConfig.Source is nil")
+	case c.PollInterval < 0 || c.MaxBatch < 0:
+		return errors.New("transport: OwnershipServiceConfig.PollInterval and MaxBatch must not be negative")
+	}
+	return nil
+}
+
+// OwnershipService serves tenure.ownership.v1.Ownership (see
+// transport/ownershippb): Lookup tells who owns a key, Watch streams every
+// partition's owner and then its changes, so programs in any language can
+// route by key or run beside a node as a sidecar. It answers from the
+// node's own view, which may lag the cluster's by a gossip round: callers
+// follow not-owner answers as a Router does.
+//
+// Register it on the node's gRPC server; DefaultExempt keeps the guards
+// away from it.
+type OwnershipService struct {
+	pb.UnimplementedOwnershipServer
+	src   OwnershipSource
+	poll  time.Duration
+	batch int
+}
+
+// NewOwnershipService returns the service for cfg.
+func NewOwnershipService(cfg OwnershipServiceConfig) (*OwnershipService, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &OwnershipService{src: cfg.Source, poll: cfg.PollInterval, batch: cfg.MaxBatch}
+	if s.poll == 0 {
+		s.poll = 250 * time.Millisecond
+	}
+	if s.batch == 0 {
+		s.batch = 4096
+	}
+	return s, nil
+}
+
+// Register registers the service on r.
+func (s *OwnershipService) Register(r grpc.ServiceRegistrar) {
+	pb.RegisterOwnershipServer(r, s)
+}
+
+// Lookup answers the owner of req's key.
+func (s *OwnershipService) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
+	if err := checkKey(req.GetKey()); err != nil {
+		return nil, err
+	}
+	o, err := s.src.Owner(req.GetKey())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "tenure: no owner: %v", err)
+	}
+	return &pb.LookupResponse{
+		Owner:     o.Node,
+		Address:   o.Addr,
+		Partition: o.Partition,
+		Token:     tokenText(o.Token),
+		Epoch:     o.Token.Epoch,
+	}, nil
+}
+
+// Watch streams the owners of every partition, then their changes.
+func (s *OwnershipService) Watch(_ *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.OwnershipChange]) error {
+	ctx := stream.Context()
+	events, cancel := s.src.Subscribe(16)
+	defer cancel()
+	tick := time.NewTicker(s.poll)
+	defer tick.Stop()
+
+	var last []*pb.PartitionOwner // by partition; nil until the first snapshot
+	for {
+		if t := s.src.Table(); t != nil {
+			cur := s.scan(t.Partitions())
+			snapshot := len(last) != len(cur)
+			var changed []*pb.PartitionOwner
+			for p, o := range cur {
+				if snapshot || !samePartitionOwner(last[p], o) {
+					changed = append(changed, o)
+				}
+			}
+			if err := s.send(stream, snapshot, uint32(len(cur)), changed); err != nil {
+				return err
+			}
+			last = cur
+		}
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case _, ok := <-events:
+			if !ok {
+				return status.Error(codes.Unavailable, "tenure: the node is shutting down")
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+// scan reads every partition's owner.
+func (s *OwnershipService) scan(n int) []*pb.PartitionOwner {
+	out := make([]*pb.PartitionOwner, n)
+	for p := range out {
+		o := &pb.PartitionOwner{Partition: uint32(p)}
+		if info, err := s.src.OwnerOfPartition(uint32(p)); err == nil {
+			o.Owner, o.Address, o.Token, o.Epoch = info.Node, info.Addr, tokenText(info.Token), info.Token.Epoch
+		}
+		out[p] = o
+	}
+	return out
+}
+
+func (s *OwnershipService) send(stream grpc.ServerStreamingServer[pb.OwnershipChange], snapshot bool, n uint32, parts []*pb.PartitionOwner) error {
+	for len(parts) > 0 {
+		k := min(len(parts), s.batch)
+		if err := stream.Send(&pb.OwnershipChange{Snapshot: snapshot, PartitionCount: n, Partitions: parts[:k]}); err != nil {
+			return err
+		}
+		parts = parts[k:]
+	}
+	return nil
+}
+
+func samePartitionOwner(a, b *pb.PartitionOwner) bool {
+	return a.GetOwner() == b.GetOwner() && a.GetAddress() == b.GetAddress() &&
+		a.GetToken() == b.GetToken() && a.GetEpoch() == b.GetEpoch()
+}

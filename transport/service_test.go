@@ -1,0 +1,187 @@
+package transport
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/tenure-go/tenure/ownership"
+	pb "github.com/tenure-go/tenure/transport/ownershippb"
+)
+
+func TestHealthReportsLeaving(t *testing.T) {
+	c := singleNode(t, "solo", nil)
+	h := NewHealth(c, "tenure.transport.test.KV")
+	defer h.Close()
+	n := newBufNet(t)
+	n.serve("solo", func(s *grpc.Server) { h.Register(s) })
+	hc := healthgrpc.NewHealthClient(directConn(t, n, "solo"))
+	ctx := testCtx(t, 20*time.Second)
+
+	for _, svc := range []string{"", "tenure.transport.test.KV"} {
+		resp, err := hc.Check(ctx, &healthgrpc.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthgrpc.HealthCheckResponse_SERVING {
+			t.Fatalf("%q before leaving: %v %v", svc, resp.GetStatus(), err)
+		}
+	}
+	watch, err := hc.Watch(ctx, &healthgrpc.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := watch.Recv(); err != nil || resp.GetStatus() != healthgrpc.HealthCheckResponse_SERVING {
+		t.Fatalf("watch: %v %v", resp.GetStatus(), err)
+	}
+	if err := c.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := watch.Recv(); err != nil || resp.GetStatus() != healthgrpc.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("watch after leaving: %v %v", resp.GetStatus(), err)
+	}
+	for _, svc := range []string{"", "tenure.transport.test.KV"} {
+		resp, err := hc.Check(ctx, &healthgrpc.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthgrpc.HealthCheckResponse_NOT_SERVING {
+			t.Fatalf("%q after leaving: %v %v", svc, resp.GetStatus(), err)
+		}
+	}
+}
+
+func TestHealthReportsClose(t *testing.T) {
+	c := singleNode(t, "solo", nil)
+	h := NewHealth(c)
+	defer h.Close()
+	ctx := testCtx(t, 10*time.Second)
+	if resp, _ := h.Check(ctx, &healthgrpc.HealthCheckRequest{}); resp.GetStatus() != healthgrpc.HealthCheckResponse_SERVING {
+		t.Fatal("not serving at start")
+	}
+	_ = c.Close()
+	waitFor(ctx, t, "NOT_SERVING after Close", func() bool {
+		resp, _ := h.Check(ctx, &healthgrpc.HealthCheckRequest{})
+		return resp.GetStatus() == healthgrpc.HealthCheckResponse_NOT_SERVING
+	})
+	h.Close()
+	h.Close() // idempotent
+}
+
+func TestOwnershipService(t *testing.T) {
+	c := singleNode(t, "solo-addr", nil)
+	svc, err := NewOwnershipService(OwnershipServiceConfig{Source: c, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newBufNet(t)
+	lease := liveLease(t)
+	// Behind a guard: the service is exempt and needs no key.
+	g, err := NewGuard(GuardConfig{Leases: &fakeLeases{lease: func([]byte) (*ownership.Lease, error) { return lease, nil }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.serve("solo", func(s *grpc.Server) { svc.Register(s) }, g.ServerOptions()...)
+	oc := pb.NewOwnershipClient(directConn(t, n, "solo"))
+	ctx := testCtx(t, 20*time.Second)
+
+	resp, err := oc.Lookup(ctx, &pb.LookupRequest{Key: []byte("user-42")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := c.Owner([]byte("user-42"))
+	if resp.GetOwner() != "solo" || resp.GetAddress() != "solo-addr" || resp.GetPartition() != want.Partition || resp.GetEpoch() != want.Token.Epoch {
+		t.Fatalf("lookup %v, want %+v", resp, want)
+	}
+	tok, err := ownership.ParseTokenText(resp.GetToken())
+	if err != nil || tok != want.Token {
+		t.Fatalf("token %q: %v %v", resp.GetToken(), tok, err)
+	}
+	for _, key := range [][]byte{nil, make([]byte, MaxKeySize+1)} {
+		if _, err := oc.Lookup(ctx, &pb.LookupRequest{Key: key}); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("key of %d bytes: %v", len(key), err)
+		}
+	}
+
+	w, err := oc.Watch(ctx, &pb.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := w.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snap.GetSnapshot() || snap.GetPartitionCount() != testPartitions || len(snap.GetPartitions()) != testPartitions {
+		t.Fatalf("snapshot: %v", snap)
+	}
+	for i, p := range snap.GetPartitions() {
+		if p.GetPartition() != uint32(i) || p.GetOwner() != "solo" || p.GetEpoch() == 0 {
+			t.Fatalf("snapshot partition %d: %v", i, p)
+		}
+	}
+	// Leaving releases every partition: the watch reports the tokens going,
+	// then ends when the coordinator closes.
+	if err := c.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := map[uint32]bool{}
+	for {
+		ch, err := w.Recv()
+		if err != nil {
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("watch ended with %v", err)
+			}
+			break
+		}
+		if ch.GetSnapshot() {
+			t.Fatalf("a second snapshot: %v", ch)
+		}
+		for _, p := range ch.GetPartitions() {
+			if p.GetToken() == "" {
+				released[p.GetPartition()] = true
+			}
+		}
+	}
+	if len(released) != testPartitions {
+		t.Fatalf("the watch saw %d of %d partitions released", len(released), testPartitions)
+	}
+	if _, err := oc.Lookup(ctx, &pb.LookupRequest{Key: []byte("k")}); err != nil {
+		// After Close the table remains; either answer is fine, but no panic
+		// and a clear status.
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("lookup after close: %v", err)
+		}
+	}
+}
+
+func TestOwnershipServiceBatches(t *testing.T) {
+	c := singleNode(t, "solo", nil)
+	svc, err := NewOwnershipService(OwnershipServiceConfig{Source: c, MaxBatch: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newBufNet(t)
+	n.serve("solo", func(s *grpc.Server) { svc.Register(s) })
+	w, err := pb.NewOwnershipClient(directConn(t, n, "solo")).Watch(testCtx(t, 10*time.Second), &pb.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for seen < testPartitions {
+		ch, err := w.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ch.GetSnapshot() || len(ch.GetPartitions()) > 5 {
+			t.Fatalf("batch %v", ch)
+		}
+		seen += len(ch.GetPartitions())
+	}
+	if seen != testPartitions {
+		t.Fatalf("snapshot of %d partitions", seen)
+	}
+	if _, err := NewOwnershipService(OwnershipServiceConfig{}); err == nil {
+		t.Fatal("a service without a source")
+	}
+	if _, err := NewOwnershipService(OwnershipServiceConfig{Source: c, PollInterval: -1}); err == nil {
+		t.Fatal("a negative poll interval")
+	}
+}

@@ -1,0 +1,233 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/ownership"
+)
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo details tenure
+// attaches to the statuses it returns. The reasons below tell them apart;
+// the metadata keys are listed with each reason.
+const ErrorDomain = "tenure"
+
+// ErrorInfo reasons.
+const (
+	// ReasonNotOwner, with FailedPrecondition: the answering node does not
+	// own the key's partition. Metadata: "partition", "owner" (node name),
+	// "address" (its service address, may be empty), "epoch" (decimal, 0
+	// while the owner has not claimed yet) and "token" (text form, absent
+	// while the owner has not claimed yet).
+	ReasonNotOwner = "NOT_OWNER"
+	// ReasonHandoff, with Unavailable: the ring gives the partition to the
+	// answering node but it holds no lease on it (it is being handed over,
+	// or the lease ended during the call). Retry after a pause. Metadata:
+	// "partition", "owner".
+	ReasonHandoff = "HANDOFF"
+	// ReasonStaleToken, with FailedPrecondition: the resource has accepted
+	// a higher token. Metadata: "partition", "token" (the rejected one),
+	// "current_token", "current_owner", "current_epoch".
+	ReasonStaleToken = "STALE_TOKEN"
+	// ReasonNotFenced, with FailedPrecondition: the token is above the
+	// resource's mark in an Exact check: its owner must fence first.
+	// No metadata.
+	ReasonNotFenced = "NOT_FENCED"
+)
+
+// Limits on the hints decoded from a status, so a bad peer can't make a
+// client keep or dial absurd values.
+const (
+	maxHintAddr = 512
+)
+
+func errorInfo(reason string, md map[string]string) *errdetails.ErrorInfo {
+	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: md}
+}
+
+// withInfo returns a status error with code c, message msg and info as its
+// only detail.
+func withInfo(c codes.Code, msg string, info *errdetails.ErrorInfo) error {
+	s := status.New(c, msg)
+	if d, err := s.WithDetails(info); err == nil {
+		s = d
+	}
+	return s.Err()
+}
+
+func tokenText(t ownership.Token) string {
+	if t.IsZero() {
+		return ""
+	}
+	b, err := t.MarshalText()
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// NotOwnerStatus returns the FailedPrecondition status a node answers with
+// for a key whose partition owner is described by o.
+func NotOwnerStatus(o coordinator.OwnerInfo) error {
+	md := map[string]string{
+		"partition": strconv.FormatUint(uint64(o.Partition), 10),
+		"owner":     o.Node,
+		"address":   o.Addr,
+		"epoch":     strconv.FormatUint(o.Token.Epoch, 10),
+	}
+	if t := tokenText(o.Token); t != "" {
+		md["token"] = t
+	}
+	return withInfo(codes.FailedPrecondition,
+		"tenure: not the owner of partition "+md["partition"]+": "+o.Node+" at "+o.Addr+" owns it",
+		errorInfo(ReasonNotOwner, md))
+}
+
+// handoffStatus returns the Unavailable status for a partition the ring
+// gives to self that has no lease.
+func handoffStatus(p uint32, self string) error {
+	ps := strconv.FormatUint(uint64(p), 10)
+	return withInfo(codes.Unavailable, "tenure: partition "+ps+" is being handed over to "+self,
+		errorInfo(ReasonHandoff, map[string]string{"partition": ps, "owner": self}))
+}
+
+// StaleStatus returns the FailedPrecondition status for a write rejected
+// by a fence, carrying the resource's current token.
+func StaleStatus(e *ownership.StaleTokenError) error {
+	md := map[string]string{
+		"partition":     strconv.FormatUint(uint64(e.Token.Partition), 10),
+		"token":         tokenText(e.Token),
+		"current_token": tokenText(e.Current),
+		"current_owner": e.Current.Owner,
+		"current_epoch": strconv.FormatUint(e.Current.Epoch, 10),
+	}
+	return withInfo(codes.FailedPrecondition, e.Error(), errorInfo(ReasonStaleToken, md))
+}
+
+// StatusFromError converts the errors of tenure's packages to gRPC
+// statuses, so a handler can return what a fence or the coordinator said:
+//
+//   - *ownership.StaleTokenError: FailedPrecondition, ReasonStaleToken
+//   - *coordinator.NotOwnerError: FailedPrecondition, ReasonNotOwner
+//   - ownership.ErrNotFenced: FailedPrecondition, ReasonNotFenced
+//   - ownership.ErrBadMAC: Unauthenticated
+//   - ownership.ErrMalformedToken, ownership.ErrPartitionRange: InvalidArgument
+//   - ownership.ErrLeaseEnded, coordinator.ErrNoOwner, coordinator.ErrClosed: Unavailable
+//   - context errors: Canceled or DeadlineExceeded
+//
+// A status error, nil, and any other error are returned unchanged.
+func StatusFromError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var stale *ownership.StaleTokenError
+	var notOwner *coordinator.NotOwnerError
+	switch {
+	case errors.As(err, &stale):
+		return StaleStatus(stale)
+	case errors.As(err, &notOwner):
+		return NotOwnerStatus(notOwner.Owner)
+	case errors.Is(err, ownership.ErrNotFenced):
+		return withInfo(codes.FailedPrecondition, err.Error(), errorInfo(ReasonNotFenced, nil))
+	case errors.Is(err, ownership.ErrBadMAC):
+		return status.Error(codes.Unauthenticated, err.Error())
+	case errors.Is(err, ownership.ErrMalformedToken), errors.Is(err, ownership.ErrPartitionRange):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ownership.ErrLeaseEnded), errors.Is(err, coordinator.ErrNoOwner), errors.Is(err, coordinator.ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return err
+}
+
+// info returns the tenure ErrorInfo of a status error, if it has one.
+func info(err error) (codes.Code, *errdetails.ErrorInfo) {
+	s, ok := status.FromError(err)
+	if !ok {
+		return codes.Unknown, nil
+	}
+	for _, d := range s.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == ErrorDomain {
+			return s.Code(), ei
+		}
+	}
+	return s.Code(), nil
+}
+
+// OwnerHint returns the owner named by a ReasonNotOwner status. It reports
+// false for any other error and for a detail that does not decode (a bad
+// partition, epoch or token, an oversized address or owner).
+func OwnerHint(err error) (coordinator.OwnerInfo, bool) {
+	c, ei := info(err)
+	if c != codes.FailedPrecondition || ei == nil || ei.GetReason() != ReasonNotOwner {
+		return coordinator.OwnerInfo{}, false
+	}
+	return decodeOwner(ei.GetMetadata())
+}
+
+func decodeOwner(md map[string]string) (coordinator.OwnerInfo, bool) {
+	p, err := strconv.ParseUint(md["partition"], 10, 32)
+	if err != nil {
+		return coordinator.OwnerInfo{}, false
+	}
+	o := coordinator.OwnerInfo{Partition: uint32(p), Node: md["owner"], Addr: md["address"]}
+	if o.Node == "" || len(o.Node) > ownership.MaxOwnerSize || len(o.Addr) > maxHintAddr {
+		return coordinator.OwnerInfo{}, false
+	}
+	epoch, err := strconv.ParseUint(md["epoch"], 10, 64)
+	if err != nil {
+		return coordinator.OwnerInfo{}, false
+	}
+	if text := md["token"]; text != "" {
+		t, err := ownership.ParseTokenText(text)
+		if err != nil || t.Epoch != epoch || t.Partition != o.Partition || t.Owner != o.Node {
+			return coordinator.OwnerInfo{}, false
+		}
+		o.Token = t
+	} else if epoch != 0 {
+		return coordinator.OwnerInfo{}, false
+	}
+	return o, true
+}
+
+// IsHandoff reports whether err is the Unavailable status of a node that
+// is taking over or giving up the key's partition (ReasonHandoff).
+func IsHandoff(err error) bool {
+	c, ei := info(err)
+	return c == codes.Unavailable && ei != nil && ei.GetReason() == ReasonHandoff
+}
+
+// StaleFromStatus decodes a ReasonStaleToken status back into the fence's
+// error, so a caller can hand it to coordinator.ReportStale. It reports
+// false for any other error and for tokens that do not decode.
+func StaleFromStatus(err error) (*ownership.StaleTokenError, bool) {
+	c, ei := info(err)
+	if c != codes.FailedPrecondition || ei == nil || ei.GetReason() != ReasonStaleToken {
+		return nil, false
+	}
+	md := ei.GetMetadata()
+	var e ownership.StaleTokenError
+	for _, f := range []struct {
+		key string
+		t   *ownership.Token
+	}{{"token", &e.Token}, {"current_token", &e.Current}} {
+		if text := md[f.key]; text != "" {
+			t, err := ownership.ParseTokenText(text)
+			if err != nil {
+				return nil, false
+			}
+			*f.t = t
+		}
+	}
+	return &e, true
+}

@@ -1,0 +1,179 @@
+package transport
+
+import (
+	"context"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// NewStream opens a stream to the owner of ctx's key. It implements
+// grpc.ClientConnInterface.
+//
+// An OwnerGuard refuses a stream at its first receive. Until the first
+// response message arrives, the stream keeps what it sent (up to
+// RouterConfig.StreamReplay messages); when the first receive brings a
+// refusal or Unavailable, it reopens the stream where the refusal points,
+// sends the kept messages again (and CloseSend if it was called) and
+// receives from there. The messages kept must not be changed after
+// SendMsg, as grpc.ClientStream requires anyway.
+func (r *Router) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	key, ok := KeyFrom(ctx)
+	if !ok {
+		return nil, status.Error(codes.InvalidArgument, errNoKey.Error())
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	s := &routedStream{
+		ctx:        metadata.AppendToOutgoingContext(ctx, KeyMetadata, string(key)),
+		desc:       desc,
+		method:     method,
+		opts:       opts,
+		rt:         route{r: r, key: key},
+		replayable: r.cfg.StreamReplay > 0,
+	}
+	cs, addr, err := s.open()
+	if err != nil {
+		return nil, err
+	}
+	s.cur, s.addr = cs, addr
+	return s, nil
+}
+
+// routedStream is a client stream that can move to the next owner until
+// its first response arrives.
+type routedStream struct {
+	ctx    context.Context
+	desc   *grpc.StreamDesc
+	method string
+	opts   []grpc.CallOption
+
+	mu         sync.Mutex // guards the fields below; held while replaying
+	rt         route
+	cur        grpc.ClientStream
+	addr       string
+	sent       []any
+	closedSend bool
+	replayable bool // no response yet, and sent holds every message sent
+}
+
+// open opens a stream at the key's owner, retrying as Invoke does while
+// opening fails.
+func (s *routedStream) open() (grpc.ClientStream, string, error) {
+	for {
+		addr, err := s.rt.target()
+		if err == nil {
+			var cc *grpc.ClientConn
+			if cc, err = s.rt.r.Conn(addr); err == nil {
+				var cs grpc.ClientStream
+				if cs, err = cc.NewStream(s.ctx, s.desc, s.method, s.opts...); err == nil {
+					return cs, addr, nil
+				}
+			}
+		}
+		if err = s.rt.next(s.ctx, addr, err); err != nil {
+			return nil, "", err
+		}
+	}
+}
+
+func (s *routedStream) stream() grpc.ClientStream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+func (s *routedStream) Header() (metadata.MD, error) { return s.stream().Header() }
+func (s *routedStream) Trailer() metadata.MD         { return s.stream().Trailer() }
+func (s *routedStream) Context() context.Context     { return s.stream().Context() }
+
+func (s *routedStream) CloseSend() error {
+	s.mu.Lock()
+	s.closedSend = true
+	cs := s.cur
+	s.mu.Unlock()
+	return cs.CloseSend()
+}
+
+func (s *routedStream) SendMsg(m any) error {
+	s.mu.Lock()
+	if s.replayable {
+		if len(s.sent) < s.rt.r.cfg.StreamReplay {
+			s.sent = append(s.sent, m)
+		} else {
+			s.replayable, s.sent = false, nil
+		}
+	}
+	kept := s.replayable
+	cs := s.cur
+	s.mu.Unlock()
+	err := cs.SendMsg(m)
+	if err == io.EOF && kept {
+		// The stream has ended, perhaps refused: the message is kept for a
+		// replay, and RecvMsg tells what happened.
+		return nil
+	}
+	return err
+}
+
+func (s *routedStream) RecvMsg(m any) error {
+	cs := s.stream()
+	for {
+		err := cs.RecvMsg(m)
+		if err == nil {
+			s.mu.Lock()
+			s.replayable, s.sent = false, nil
+			s.mu.Unlock()
+			return nil
+		}
+		if cs, err = s.reopen(cs, err); err != nil {
+			return err
+		}
+	}
+}
+
+// reopen moves the stream to the next owner after failed, the current
+// stream, ended with err before any response. It returns the new stream,
+// or the error to return from RecvMsg.
+func (s *routedStream) reopen(failed grpc.ClientStream, err error) (grpc.ClientStream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur != failed {
+		return s.cur, nil // another RecvMsg moved it already
+	}
+	if !s.replayable || err == io.EOF {
+		return nil, err
+	}
+	if err = s.rt.next(s.ctx, s.addr, err); err != nil {
+		s.replayable, s.sent = false, nil
+		return nil, err
+	}
+	cs, addr, err := s.open()
+	if err != nil {
+		s.replayable, s.sent = false, nil
+		return nil, err
+	}
+	s.cur, s.addr = cs, addr
+	// io.EOF: the new stream ended during the replay; its RecvMsg says why.
+	if err := s.replay(cs); err != nil && err != io.EOF {
+		return nil, err
+	}
+	return cs, nil
+}
+
+func (s *routedStream) replay(cs grpc.ClientStream) error {
+	for _, m := range s.sent {
+		if err := cs.SendMsg(m); err != nil {
+			return err
+		}
+	}
+	if s.closedSend {
+		return cs.CloseSend()
+	}
+	return nil
+}
