@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/hashicorp/memberlist"
 
 	"github.com/tenure-go/tenure/ownership"
@@ -377,14 +376,6 @@ func (c *Coordinator) Close() error {
 
 // Table returns the current partition table (nil before Start).
 func (c *Coordinator) Table() *ring.Table { return c.table.Load() }
-
-// Partition returns the partition of key.
-func (c *Coordinator) Partition(key []byte) int {
-	if t := c.table.Load(); t != nil {
-		return t.Partition(key)
-	}
-	return int(xxhash.Sum64(key) % uint64(c.cfg.Ring.Partitions))
-}
 
 // Owner returns the owner of key's partition as this node sees it.
 func (c *Coordinator) Owner(key []byte) (OwnerInfo, error) {

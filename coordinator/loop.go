@@ -68,6 +68,7 @@ type loop struct {
 	workers sync.WaitGroup
 	quorum  quorum
 	known   map[string]string // member name -> gossip address, for rejoin
+	names   []string          // the current table's members, sorted
 	left    bool              // Leave requested
 	idle    bool              // idleCh closed
 	// since is when this node started waiting to own a partition the ring
@@ -87,6 +88,7 @@ func newLoop(c *Coordinator, m *ownership.Machine) *loop {
 		live:  make(map[uint32]*ownership.Lease),
 		known: make(map[string]string),
 		since: make(map[uint32]waitInfo),
+		names: []string{c.cfg.Name},
 		quorum: quorum{
 			min:         c.cfg.MinQuorum,
 			stableAfter: c.cfg.StableAfter,
@@ -118,7 +120,7 @@ func (l *loop) run() {
 		case r := <-c.results:
 			l.apply(r)
 		case <-tick:
-			l.m.SetQuorum(l.quorum.check(c.cfg.Clock.Now(), l.memberNames()))
+			l.m.SetQuorum(l.quorum.check(c.cfg.Clock.Now(), l.names))
 			l.m.Tick()
 		case <-rejoin:
 			l.rejoin()
@@ -142,13 +144,6 @@ func (l *loop) shutdown() {
 		l.c.leases[p].Store(nil)
 	}
 	l.workers.Wait()
-}
-
-func (l *loop) memberNames() []string {
-	if t := l.c.table.Load(); t != nil {
-		return t.Members()
-	}
-	return []string{l.c.cfg.Name}
 }
 
 func (l *loop) heard(cs []ownership.Claim) {
@@ -182,22 +177,24 @@ func (l *loop) refreshMembers() {
 	}
 	slices.Sort(names)
 	old := c.table.Load()
+	if old != nil && slices.Equal(names, l.names) {
+		// Same member set, so the same table; addresses may have changed.
+		c.view.Store(&view{table: old, members: members})
+		return
+	}
 	t, err := ring.New(names, c.cfg.Ring)
 	if err != nil {
 		c.log.Error("ring rebuild failed; keeping the previous table", "members", len(names), "err", err)
 		return
 	}
-	if old != nil && old.Fingerprint() == t.Fingerprint() {
-		c.view.Store(&view{table: old, members: members}) // addresses may have changed
-		return
+	var oldNames []string
+	if old != nil {
+		oldNames = l.names
 	}
+	l.names = names
 	c.table.Store(t)
 	c.view.Store(&view{table: t, members: members})
 	now := c.cfg.Clock.Now()
-	var oldNames []string
-	if old != nil {
-		oldNames = old.Members()
-	}
 	for _, n := range names {
 		if !slices.Contains(oldNames, n) {
 			c.subs.publish(Event{Kind: EventMemberJoined, Node: n, Time: now})
@@ -208,7 +205,8 @@ func (l *loop) refreshMembers() {
 			c.subs.publish(Event{Kind: EventMemberLeft, Node: n, Time: now})
 		}
 	}
-	for _, mv := range ring.Diff(old, t) {
+	moves := ring.Diff(old, t)
+	for _, mv := range moves {
 		if mv.To == c.cfg.Name {
 			cl := c.reg.GetClaim(uint32(mv.Partition))
 			l.since[uint32(mv.Partition)] = waitInfo{at: now, failover: !cl.Released && cl.Token.Owner != "" && !t.Has(cl.Token.Owner)}
@@ -219,7 +217,7 @@ func (l *loop) refreshMembers() {
 	if err := l.m.SetPlacement(t); err != nil {
 		c.log.Error("placement", "err", err)
 	}
-	c.log.Info("membership", "members", len(names), "moves", len(ring.Diff(old, t)))
+	c.log.Info("membership", "members", len(names), "moves", len(moves))
 }
 
 // rejoin joins the seeds and every known member that gossip no longer shows,
@@ -308,7 +306,7 @@ func (l *loop) perform() {
 			c.reg.ObserveClaim(cl)
 			c.broadcast(cl)
 			if a.Released {
-				c.metrics.handoffs.Inc()
+				c.metrics.releases.Inc()
 			}
 		case ownership.ActRevoke:
 			if lease := l.live[a.Partition]; lease != nil && lease.Token().Same(a.Token) {

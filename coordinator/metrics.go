@@ -9,7 +9,7 @@ import (
 type metrics struct {
 	members         prometheus.Gauge
 	claims          prometheus.Counter
-	handoffs        prometheus.Counter
+	releases        prometheus.Counter
 	staleRejections prometheus.Counter
 	failover        prometheus.Histogram
 	handoff         prometheus.Histogram
@@ -22,7 +22,7 @@ func newMetrics() *metrics {
 			Namespace: "tenure", Name: "members", Help: "Members in this node's partition table."}),
 		claims: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "tenure", Name: "claims_total", Help: "Claims this node asked its authority for."}),
-		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
+		releases: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "tenure", Name: "releases_total", Help: "Partitions this node released (handoffs and given-back claims)."}),
 		staleRejections: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "tenure", Name: "stale_rejections_total", Help: "Writes under this node's leases that a fence rejected as stale (reported with ReportStale)."}),
@@ -47,7 +47,7 @@ var ownedDesc = prometheus.NewDesc("tenure_owned_partitions", "Partitions this n
 
 func (k collector) instruments() []prometheus.Collector {
 	m := k.c.metrics
-	return []prometheus.Collector{m.members, m.claims, m.handoffs, m.staleRejections, m.failover, m.handoff}
+	return []prometheus.Collector{m.members, m.claims, m.releases, m.staleRejections, m.failover, m.handoff}
 }
 
 func (k collector) Describe(ch chan<- *prometheus.Desc) {

@@ -274,10 +274,9 @@ func (m *Machine) Heard(c Claim) {
 		return
 	}
 	s := &m.parts[p]
-	if c.Compare(s.holder) <= 0 {
+	if !s.observe(c) {
 		return
 	}
-	s.holder = c
 	if s.phase >= Acquiring && c.Token.Compare(s.token) > 0 {
 		// Someone holds a higher grant: ours is dead.
 		m.lose(p, c.Token)
@@ -357,11 +356,7 @@ func (m *Machine) Acquired(t Token, err error) {
 		m.lose(p, stale.Current)
 	} else {
 		// The handler failed: end the lease, give the claim back, retry.
-		m.emit(ActRevoke, t, false)
-		m.emit(ActPublish, t, true)
-		s.holder = Claim{Token: t, Released: true}
-		s.phase = Unowned
-		s.token = Token{}
+		m.giveBack(p)
 		s.retryAt = m.now + uint64(m.cfg.RetryTicks)
 	}
 	m.step(p)
@@ -393,14 +388,29 @@ func (m *Machine) Released(t Token) {
 	if s.phase != Releasing || !s.token.Same(t) {
 		return
 	}
-	m.emit(ActRevoke, t, false)
-	m.emit(ActPublish, t, true)
+	m.giveBack(p)
+	m.step(p)
+}
+
+// giveBack ends this node's grant of p and publishes its release, so the
+// next owner may claim without waiting out a grace period.
+func (m *Machine) giveBack(p uint32) {
+	s := &m.parts[p]
+	m.emit(ActRevoke, s.token, false)
+	m.emit(ActPublish, s.token, true)
+	s.observe(Claim{Token: s.token, Released: true})
 	s.phase = Unowned
 	s.token = Token{}
-	if c := (Claim{Token: t, Released: true}); c.Compare(s.holder) > 0 {
-		s.holder = c
+}
+
+// observe raises the highest claim known for the partition to c, if c is
+// higher, and reports whether it did.
+func (s *part) observe(c Claim) bool {
+	if c.Compare(s.holder) <= 0 {
+		return false
 	}
-	m.step(p)
+	s.holder = c
+	return true
 }
 
 // lose ends this node's grant of p because a higher token exists.
@@ -409,9 +419,7 @@ func (m *Machine) lose(p uint32, higher Token) {
 	if higher.Compare(s.mark) > 0 {
 		s.mark = higher
 	}
-	if c := (Claim{Token: higher}); c.Compare(s.holder) > 0 {
-		s.holder = c
-	}
+	s.observe(Claim{Token: higher})
 	if s.phase >= Acquiring {
 		m.emit(ActRevoke, s.token, false)
 	}
@@ -455,13 +463,7 @@ func (m *Machine) step(p uint32) {
 		// for gossip: it reaches the others after the heal, so a node that
 		// claimed the partition meanwhile with a lower epoch learns it is
 		// free instead of waiting for this node.
-		m.emit(ActRevoke, s.token, false)
-		m.emit(ActPublish, s.token, true)
-		if c := (Claim{Token: s.token, Released: true}); c.Compare(s.holder) > 0 {
-			s.holder = c
-		}
-		s.phase = Unowned
-		s.token = Token{}
+		m.giveBack(p)
 		return
 	}
 	switch s.phase {
