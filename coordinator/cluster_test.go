@@ -500,3 +500,23 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// A leave soon after a crash, well within StableAfter: the nodes that joined
+// early count quorum against a stable set that must already include the
+// later joiners and drop the node that left, or the survivors (3 of 5)
+// would think themselves a minority and give everything up.
+func TestClusterLeaveSoonAfterCrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, nil)
+	for i := range 5 {
+		tc.start(ctx, fmt.Sprintf("n%d", i))
+	}
+	tc.waitConverged(ctx)
+	tc.remove("n1").c.Close()
+	tc.waitConverged(ctx)
+	if err := tc.remove("n2").c.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitConverged(ctx)
+}

@@ -73,7 +73,10 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 // lock the caller can take. So the coordinator keeps its own copy.
 func (d *delegate) NotifyJoin(n *memberlist.Node)   { d.c.nodes.put(n); d.changed() }
 func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.c.nodes.put(n); d.changed() }
-func (d *delegate) NotifyLeave(n *memberlist.Node)  { d.c.nodes.del(n.Name); d.changed() }
+func (d *delegate) NotifyLeave(n *memberlist.Node) {
+	d.c.nodes.del(n.Name, n.State == memberlist.StateLeft)
+	d.changed()
+}
 
 func (d *delegate) changed() {
 	select {
@@ -145,6 +148,7 @@ func (c *Coordinator) broadcast(cl ownership.Claim) {
 type nodeSet struct {
 	mu    sync.Mutex
 	nodes map[string]nodeEntry
+	left  []string // members that left gracefully since the last snapshot
 }
 
 type nodeEntry struct {
@@ -168,18 +172,24 @@ func (s *nodeSet) put(n *memberlist.Node) {
 	s.nodes[n.Name] = e
 }
 
-func (s *nodeSet) del(name string) {
+func (s *nodeSet) del(name string, graceful bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.nodes, name)
+	if graceful {
+		s.left = append(s.left, name)
+	}
 }
 
-func (s *nodeSet) snapshot() []nodeEntry {
+// snapshot returns the live members and the members that left gracefully
+// since the last snapshot.
+func (s *nodeSet) snapshot() (live []nodeEntry, left []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]nodeEntry, 0, len(s.nodes))
+	live = make([]nodeEntry, 0, len(s.nodes))
 	for _, e := range s.nodes {
-		out = append(out, e)
+		live = append(live, e)
 	}
-	return out
+	left, s.left = s.left, nil
+	return live, left
 }

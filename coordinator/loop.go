@@ -164,7 +164,11 @@ func (l *loop) heard(cs []ownership.Claim) {
 func (l *loop) refreshMembers() {
 	c := l.c
 	members := make(map[string]Member)
-	for _, e := range c.nodes.snapshot() {
+	live, left := c.nodes.snapshot()
+	for _, name := range left {
+		l.quorum.forget(name)
+	}
+	for _, e := range live {
 		if e.err != nil || e.meta.Cluster != c.cfg.ClusterName || e.meta.RingVersion != ring.AlgorithmVersion {
 			continue // refused by the alive delegate; never placed
 		}
