@@ -143,32 +143,28 @@ func (cl *cluster) take(name string) *node {
 
 // write routes one write by key through the public API: ask any node who
 // owns the key, take the owner's lease, write under its token.
-func (cl *cluster) write(ctx context.Context, r *rand.Rand, seq uint64) {
+func (cl *cluster) write(ctx context.Context, r *rand.Rand, seq uint64) bool {
 	nodes := cl.list()
 	key := fmt.Sprintf("key-%d", r.IntN(500))
 	info, err := nodes[r.IntN(len(nodes))].c.Owner([]byte(key))
 	if err != nil {
-		cl.retries.Add(1)
-		return
+		return cl.retry()
 	}
 	cl.mu.Lock()
 	owner := cl.nodes[info.Node]
 	cl.mu.Unlock()
 	if owner == nil {
-		cl.retries.Add(1)
-		return
+		return cl.retry()
 	}
 	lease, err := owner.c.Lease([]byte(key))
 	if err != nil {
-		cl.retries.Add(1)
-		return
+		return cl.retry()
 	}
 	p := lease.Partition()
 	owner.gates[p].RLock()
 	defer owner.gates[p].RUnlock()
 	if !owner.open[p] {
-		cl.retries.Add(1)
-		return
+		return cl.retry()
 	}
 	tok := lease.Token()
 	err = cl.st.fence.Do(ctx, tok, ownership.Exact, func() error {
@@ -191,8 +187,16 @@ func (cl *cluster) write(ctx context.Context, r *rand.Rand, seq uint64) {
 		cl.stale.Add(1)
 		owner.c.ReportStale(err)
 	default:
-		cl.retries.Add(1)
+		return cl.retry()
 	}
+	return true
+}
+
+// retry counts a write that found no live owner or lease and reports false,
+// so the writer backs off instead of spinning through a failover.
+func (cl *cluster) retry() bool {
+	cl.retries.Add(1)
+	return false
 }
 
 func (cl *cluster) converged(ctx context.Context) (time.Duration, error) {
@@ -274,7 +278,12 @@ func run(nodes, partitions, writers int, phase time.Duration) (bool, error) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(i), 7))
 			for wctx.Err() == nil {
-				cl.write(wctx, r, seq.Add(1))
+				if !cl.write(wctx, r, seq.Add(1)) {
+					select {
+					case <-time.After(time.Millisecond):
+					case <-wctx.Done():
+					}
+				}
 			}
 		}()
 	}
