@@ -1,6 +1,9 @@
 package ownership
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Mode says how a write's token is checked against the partition's
 // high-water mark.
@@ -39,4 +42,21 @@ type Fence interface {
 	// again is a no-op that succeeds, so a fence whose answer was lost can
 	// be retried.
 	Fence(ctx context.Context, t Token) (Token, error)
+}
+
+// Judge is the rule every fence applies to a write, without advancing the
+// mark: nil if t is the partition's mark; a *StaleTokenError if t is below
+// it (or is the zero token); an error wrapping ErrNotFenced if t is above
+// it, which in Exact mode means its owner skipped the fence and in
+// Monotonic mode means the mark must advance first.
+func Judge(t, mark Token) error {
+	c := t.Compare(mark)
+	switch {
+	case t.IsZero() || c < 0:
+		return Stale(t, mark)
+	case c == 0:
+		return nil
+	default:
+		return fmt.Errorf("%w: %v is above the mark %v", ErrNotFenced, t, mark)
+	}
 }

@@ -144,21 +144,7 @@ func (f *MemoryFence) check(t Token, m Mode) error {
 	if m == Monotonic && t.Compare(*cur) > 0 {
 		return p.advance(t)
 	}
-	return judge(t, cur)
-}
-
-// judge returns nil if t is the mark cur, and otherwise why a write under t
-// may not run.
-func judge(t Token, cur *Token) error {
-	c := t.Compare(*cur)
-	switch {
-	case t.IsZero() || c < 0:
-		return Stale(t, *cur)
-	case c == 0:
-		return nil
-	default:
-		return fmt.Errorf("%w: %v is above the mark %v", ErrNotFenced, t, *cur)
-	}
+	return Judge(t, *cur)
 }
 
 // Do runs fn if t passes Check in mode m, and keeps the partition's mark
@@ -198,7 +184,7 @@ func (f *MemoryFence) Do(ctx context.Context, t Token, m Mode, fn func() error) 
 			return err
 		}
 	}
-	if err := judge(t, p.mark.Load()); err != nil {
+	if err := Judge(t, *p.mark.Load()); err != nil {
 		return err
 	}
 	return fn()

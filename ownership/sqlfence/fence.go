@@ -263,21 +263,12 @@ func (q txStmt) QueryRowContext(ctx context.Context, _ string, args ...any) *sql
 // hold locks t's partition row in tx and checks t against the mark,
 // advancing the mark to t in Monotonic mode.
 func (f *Fence) hold(ctx context.Context, tx *sql.Tx, t ownership.Token, m ownership.Mode) error {
-	mark, found, err := f.lockMark(ctx, tx, t.Partition)
+	mark, _, err := f.lockMark(ctx, tx, t.Partition) // a missing row is the zero mark
 	if err != nil {
 		return fmt.Errorf("sqlfence: check %v: %w", t, err)
 	}
-	c := 1
-	if found {
-		c = t.Compare(mark)
-	}
-	switch {
-	case c == 0:
-		return nil
-	case c < 0:
-		return ownership.Stale(t, mark)
-	case m == ownership.Exact:
-		return fmt.Errorf("sqlfence: %w: %v is above the mark %v", ownership.ErrNotFenced, t, mark)
+	if m == ownership.Exact || t.Compare(mark) <= 0 {
+		return ownership.Judge(t, mark)
 	}
 	args := tokenArgs(t)
 	res, err := tx.ExecContext(ctx, f.sql.fence, args[:]...)
