@@ -107,6 +107,9 @@ type Coordinator struct {
 	moves   moveLog
 }
 
+// claimRetransmitFactor multiplies memberlist's RetransmitMult for claims.
+const claimRetransmitFactor = 3
+
 // view is what the hot paths read: the table and where members listen.
 type view struct {
 	table   *ring.Table
@@ -208,8 +211,13 @@ func (c *Coordinator) start(ctx context.Context) error {
 	mc.Logger = slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)
 	mc.LogOutput = nil
 	c.bq = &memberlist.TransmitLimitedQueue{
-		NumNodes:       func() int { return c.numMembers() },
-		RetransmitMult: mc.RetransmitMult,
+		NumNodes: func() int { return c.numMembers() },
+		// Claims are few and small, and a node that misses one waits a
+		// whole push/pull interval. memberlist piggybacks broadcasts on
+		// pings and acks, so a message's transmissions are not spread
+		// evenly over the members: send each claim more often than
+		// memberlist sends its own state.
+		RetransmitMult: claimRetransmitFactor * mc.RetransmitMult,
 	}
 	ml, err := memberlist.Create(&mc)
 	if err != nil {
