@@ -31,6 +31,23 @@ var (
 	ErrPartitionRange = errors.New("tenure: partition out of range")
 )
 
+// ConflictError is returned by an Authority's Claim when the partition's
+// mark is not the one the claimant saw: another claim (or a fence) won.
+// Current is what the claimant missed, perhaps a claim whose gossip never
+// reached it: the next claim goes above it. errors.Is(err, ErrConflict)
+// holds.
+type ConflictError struct {
+	Seen    Token // what the claimant passed as seen
+	Current Token // the mark found instead (zero if unknown)
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("tenure: claim of p%d above epoch %d lost: mark is %v", e.Current.Partition, e.Seen.Epoch, e.Current)
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
 // StaleTokenError is returned when a token is lower than the partition's
 // high-water mark at the resource. It carries both, so the former owner
 // learns who holds the partition now. errors.Is(err, ErrStaleToken) holds.

@@ -297,7 +297,16 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 		s.phase = Unowned
 		s.retryAt = m.now + uint64(m.cfg.RetryTicks)
 		if errors.Is(err, ErrConflict) {
-			s.retryAt = m.now // someone else won a race: look again at once
+			// Someone else won a race: look again at once. Learn the mark
+			// the authority reported: its claim may never reach us by
+			// gossip (it was made across a network cut), and claiming
+			// above what we had heard would lose forever.
+			var ce *ConflictError
+			if errors.As(err, &ce) && ce.Current.Partition == p && ce.Current.Compare(s.mark) > 0 {
+				s.mark = ce.Current
+				s.observe(Claim{Token: ce.Current})
+			}
+			s.retryAt = m.now
 		}
 		m.step(p)
 		return

@@ -23,7 +23,7 @@ import (
 //	quorum ok|lost
 //	tick [n]
 //	heard p0 e1/b:2 [released]
-//	claimed p0 e1/a:1 | claimed p0 err=conflict|boom
+//	claimed p0 e1/a:1 | claimed p0 err=conflict [current=e3/b:1] | err=boom
 //	acquired p0 e1/a:1 [stale=e2/b:1 | err=boom]
 //	rejected p0 e1/a:1 current=e2/b:1
 //	released p0 e1/a:1
@@ -212,6 +212,13 @@ func scriptErr(p uint32, args map[string]string) error {
 	case "":
 		return nil
 	case "conflict":
+		if c, ok := args["current"]; ok {
+			cur, err := parseToken(p, c)
+			if err != nil {
+				return err
+			}
+			return &ConflictError{Current: cur}
+		}
 		return fmt.Errorf("script: %w", ErrConflict)
 	default:
 		return errors.New(args["err"])

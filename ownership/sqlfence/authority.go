@@ -35,17 +35,7 @@ func (f *Fence) Authority() *Authority { return &Authority{f: f} }
 // ConflictError is returned by Claim when the partition's mark is not the
 // one the claimant saw: another claim (or a fence) won. Retry with Current
 // as seen. errors.Is(err, ownership.ErrConflict) holds.
-type ConflictError struct {
-	Seen    ownership.Token // what the claimant passed as seen
-	Current ownership.Token // the mark read after the claim failed (zero if none)
-}
-
-func (e *ConflictError) Error() string {
-	return fmt.Sprintf("sqlfence: claim of p%d above epoch %d lost: mark is %v", e.Current.Partition, e.Seen.Epoch, e.Current)
-}
-
-// Is makes errors.Is(err, ownership.ErrConflict) true.
-func (e *ConflictError) Is(target error) bool { return target == ownership.ErrConflict }
+type ConflictError = ownership.ConflictError
 
 // Claim makes n the owner of partition p in epoch seen.Epoch+1, provided
 // the partition's mark is still at seen.Epoch (zero seen: p has no row
