@@ -1,0 +1,369 @@
+package kvnode
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
+	"github.com/tenure-go/tenure/ring"
+	"github.com/tenure-go/tenure/transport"
+)
+
+// stopTimeout bounds the graceful stop of the gRPC and HTTP servers: calls
+// still running after it are cancelled.
+const stopTimeout = 5 * time.Second
+
+// A Node is one running kvstore node: a coordinator, the KV gRPC service,
+// the shared database and the status server. Its methods are safe for
+// concurrent use.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	db    *sql.DB
+	fence *sqlfence.Fence
+	c     *coordinator.Coordinator
+
+	router *transport.Router
+	client kvpb.KVClient               // through the router: calls go to each key's owner
+	guard  grpc.UnaryServerInterceptor // the OwnerGuard's
+	health *transport.Health
+	grpc   *grpc.Server
+	status *http.Server
+	cut    *cutSet       // nil without Config.FaultControl
+	gossip *cutTransport // with Config.FaultControl; memberlist shuts it down
+
+	grpcLis, statusLis   net.Listener
+	grpcAddr, statusAddr string
+
+	// gates hold off a partition's Release until its writes in flight have
+	// finished (the drain that makes a handoff reject nothing).
+	gates []gate
+	stats counters
+
+	serving sync.WaitGroup // the servers' Serve goroutines
+	once    sync.Once
+}
+
+// gate is one partition's drain: writes hold it shared while open.
+type gate struct {
+	mu   sync.RWMutex
+	open bool
+}
+
+type counters struct {
+	putsApplied, gets, staleRejected, forwarded atomic.Uint64
+}
+
+// Stats are a node's counters since Start, as /kv/stats serves them.
+type Stats struct {
+	// PutsApplied counts writes this node committed as the key's owner.
+	PutsApplied uint64 `json:"puts_applied"`
+	// Gets counts reads this node served as the key's owner.
+	Gets uint64 `json:"gets"`
+	// StaleRejected counts writes the SQL fence refused because a newer
+	// owner had fenced the partition.
+	StaleRejected uint64 `json:"stale_rejected"`
+	// Forwarded counts clients' calls this node passed to another node,
+	// the key's owner as this node saw it.
+	Forwarded uint64 `json:"forwarded"`
+}
+
+// Start opens the database, creates the tables if needed, starts the
+// coordinator (joining cfg.Seeds) and serves KV over gRPC and the status
+// page over HTTP. ctx bounds the start only; the node runs until Leave or
+// Close.
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name)}
+	defer func() {
+		if err != nil {
+			n.stop(false)
+		}
+	}()
+
+	// The database every node shares, and the fence that guards it.
+	var d sqlfence.Dialect
+	if n.db, d, err = openDB(cfg.DataPath, cfg.DSN); err != nil {
+		return nil, err
+	}
+	if n.fence, err = sqlfence.New(n.db, d, sqlfence.Config{}); err != nil {
+		return nil, err
+	}
+	if err = createSchema(ctx, n.db, d, n.fence); err != nil {
+		return nil, err
+	}
+
+	// Listen first: the coordinator gossips the gRPC address.
+	if n.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("kvnode: listen gRPC: %w", err)
+	}
+	n.grpcAddr = n.grpcLis.Addr().String()
+	if cfg.StatusAddr != "" {
+		if n.statusLis, err = net.Listen("tcp", cfg.StatusAddr); err != nil {
+			return nil, fmt.Errorf("kvnode: listen status: %w", err)
+		}
+		n.statusAddr = n.statusLis.Addr().String()
+	}
+
+	if n.c, err = n.newCoordinator(); err != nil {
+		return nil, err
+	}
+	if err = n.c.Start(ctx); err != nil {
+		return nil, err
+	}
+
+	// The gRPC side: a router for the calls this node forwards, the guard
+	// for the calls it serves as owner.
+	ka := transport.DefaultKeepalive()
+	dial := append(ka.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if n.cut != nil {
+		dial = append(dial, grpc.WithContextDialer(n.cut.dial))
+	}
+	if n.router, err = transport.NewRouter(transport.RouterConfig{Owners: n.c, DialOptions: dial}); err != nil {
+		return nil, err
+	}
+	n.client = kvpb.NewKVClient(n.router)
+	guard, err := transport.NewGuard(transport.GuardConfig{Leases: n.c})
+	if err != nil {
+		return nil, err
+	}
+	n.guard = guard.Unary()
+	n.grpc = grpc.NewServer(append(ka.ServerOptions(), grpc.ChainUnaryInterceptor(n.intercept))...)
+	kvpb.RegisterKVServer(n.grpc, kvServer{n: n})
+	n.health = transport.NewHealth(n.c, kvpb.KV_ServiceDesc.ServiceName)
+	n.health.Register(n.grpc)
+	n.serve(func() error { return n.grpc.Serve(n.grpcLis) })
+
+	if n.statusLis != nil {
+		if n.status, err = n.statusServer(); err != nil {
+			return nil, err
+		}
+		n.serve(func() error { return n.status.Serve(n.statusLis) })
+	}
+	n.log.Info("serving", "gossip", n.c.GossipAddr(), "grpc", n.grpcAddr, "status", n.statusAddr, "database", d)
+	return n, nil
+}
+
+// newCoordinator builds the coordinator: the SQL fence is both its fence
+// (fenced before each Acquire) and its authority (epochs minted by the
+// database: dense, and one node per epoch).
+func (n *Node) newCoordinator() (*coordinator.Coordinator, error) {
+	host, port, _ := splitHostPort(n.cfg.GossipAddr) // checked by withDefaults
+	cc := n.cfg.Coordinator
+	cc.Name = n.cfg.Name
+	cc.BindAddr, cc.BindPort = host, port
+	cc.ServiceAddr = n.grpcAddr
+	cc.Seeds = n.cfg.Seeds
+	cc.GossipKeys = nil
+	if len(n.cfg.GossipKey) > 0 {
+		cc.GossipKeys = [][]byte{n.cfg.GossipKey}
+	}
+	cc.Handler = coordinator.HandlerFuncs{AcquireFunc: n.acquire, ReleaseFunc: n.release}
+	cc.Fence = n.fence
+	cc.Authority = n.fence.Authority()
+	cc.Logger = n.cfg.Logger
+	if err := cc.Validate(); err != nil {
+		return nil, err
+	}
+	partitions := cc.Ring.Partitions
+	if cc.Ring == (ring.Config{}) {
+		partitions = ring.DefaultConfig().Partitions // the coordinator's default
+	}
+	n.gates = make([]gate, partitions)
+	if n.cfg.FaultControl {
+		n.cut = newCutSet()
+		var err error
+		if n.gossip, err = newCutTransport(host, port, n.cut, n.log); err != nil {
+			return nil, err
+		}
+		ml := *cc.Memberlist // a copy: the caller's preset is not changed
+		ml.Transport = n.gossip
+		cc.Memberlist = &ml
+	}
+	return coordinator.New(cc)
+}
+
+func (n *Node) serve(fn func() error) {
+	n.serving.Add(1)
+	go func() {
+		defer n.serving.Done()
+		if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("server stopped", "err", err)
+		}
+	}()
+}
+
+// acquire is called when this node is granted a partition, after the
+// coordinator fenced the database with the lease's token: from now on no
+// write under an older token can commit. It opens the partition's gate.
+func (n *Node) acquire(_ context.Context, l *ownership.Lease) error {
+	g := &n.gates[l.Partition()]
+	g.mu.Lock()
+	g.open = true
+	g.mu.Unlock()
+	return nil
+}
+
+// release is called when the partition moves away: it closes the gate,
+// which waits for the writes in flight to commit, so the next owner's
+// fence rejects none of them. The coordinator cancels the lease (and so
+// any write still waiting) if this takes longer than its ReleaseTimeout.
+func (n *Node) release(_ context.Context, l *ownership.Lease) error {
+	g := &n.gates[l.Partition()]
+	g.mu.Lock()
+	g.open = false
+	g.mu.Unlock()
+	return nil
+}
+
+// Leave hands this node's partitions off to the others (each partition's
+// writes in flight finish first), leaves the cluster, then stops serving
+// and closes the database. If ctx ends first, the remaining leases are
+// revoked as in Close and ctx's error is returned.
+func (n *Node) Leave(ctx context.Context) error {
+	err := coordinator.ErrClosed
+	n.once.Do(func() {
+		err = n.c.Leave(ctx)
+		n.stop(true)
+	})
+	return err
+}
+
+// Close stops the node at once, as a crash looks to the others: no
+// handoff; they take its partitions over after failure detection and
+// their grace period. It is idempotent.
+func (n *Node) Close() error {
+	n.once.Do(func() {
+		n.c.Close()
+		n.stop(false)
+	})
+	return nil
+}
+
+// stop stops serving and closes everything Start opened, in reverse order.
+// graceful lets calls in flight finish, within stopTimeout.
+func (n *Node) stop(graceful bool) {
+	if n.c != nil {
+		n.c.Close() // after Leave, a no-op
+	}
+	if n.gossip != nil {
+		n.gossip.Shutdown() // memberlist's Shutdown did it, unless Start failed first
+	}
+	if n.grpc != nil {
+		if graceful {
+			done := make(chan struct{})
+			go func() { n.grpc.GracefulStop(); close(done) }()
+			t := time.NewTimer(stopTimeout)
+			select {
+			case <-done:
+			case <-t.C:
+				n.grpc.Stop()
+				<-done
+			}
+			t.Stop()
+		} else {
+			n.grpc.Stop()
+		}
+	}
+	if n.status != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		if !graceful || n.status.Shutdown(ctx) != nil {
+			n.status.Close()
+		}
+		cancel()
+	}
+	n.serving.Wait()
+	for _, l := range []net.Listener{n.grpcLis, n.statusLis} {
+		if l != nil {
+			l.Close() // closed already if served; not if Start failed
+		}
+	}
+	if n.router != nil {
+		n.router.Close()
+	}
+	if n.health != nil {
+		n.health.Close()
+	}
+	if n.fence != nil {
+		n.fence.Close()
+	}
+	if n.db != nil {
+		n.db.Close()
+	}
+}
+
+// Coordinator returns the node's coordinator, for its Status, Owner and
+// events.
+func (n *Node) Coordinator() *coordinator.Coordinator { return n.c }
+
+// GossipAddr returns the address other nodes join this one at.
+func (n *Node) GossipAddr() string { return n.c.GossipAddr() }
+
+// GRPCAddr returns the address the KV service listens at.
+func (n *Node) GRPCAddr() string { return n.grpcAddr }
+
+// StatusAddr returns the status server's address, or "" without one.
+func (n *Node) StatusAddr() string { return n.statusAddr }
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	return Stats{
+		PutsApplied:   n.stats.putsApplied.Load(),
+		Gets:          n.stats.gets.Load(),
+		StaleRejected: n.stats.staleRejected.Load(),
+		Forwarded:     n.stats.forwarded.Load(),
+	}
+}
+
+// Cut cuts this node off from the peers at the given gossip addresses
+// (ip:port), replacing any earlier cut; no peers heals it. It needs
+// Config.FaultControl. From then on the node drops the gossip packets to
+// and from those peers, fails its gossip dials to them, and its router
+// refuses to connect to their gRPC addresses (as the members' metadata
+// gave them when Cut was called). The cut lives in the node's own
+// transport, not in the kernel: accepted gossip streams and inbound gRPC
+// calls can't be attributed to a peer and pass, so cut both ends of a
+// link. Heal, and the coordinators re-join each other within their
+// RejoinInterval.
+func (n *Node) Cut(peers []string) error {
+	if n.cut == nil {
+		return errNoFaultControl
+	}
+	gossip := make([]netip.AddrPort, 0, len(peers))
+	cut := map[netip.AddrPort]bool{}
+	for _, p := range peers {
+		a, err := parseGossipAddr(p)
+		if err != nil {
+			return err
+		}
+		gossip = append(gossip, a)
+		cut[a] = true
+	}
+	var service []string
+	for _, m := range n.c.Members() {
+		if a, err := parseGossipAddr(m.GossipAddr); err == nil && cut[a] && m.ServiceAddr != "" {
+			service = append(service, m.ServiceAddr)
+		}
+	}
+	n.cut.set(gossip, service)
+	n.log.Warn("fault control: cut", "gossip", peers, "grpc", service)
+	return nil
+}

@@ -1,0 +1,322 @@
+package kvnode_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
+	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
+)
+
+func TestClusterSQLite(t *testing.T) { testCluster(t, sqliteDatabase(t)) }
+
+func TestClusterPostgres(t *testing.T) { testCluster(t, postgresDatabase(t)) }
+
+// testCluster writes keys through nodes that don't own them and reads them
+// back through a third node.
+func testCluster(t *testing.T, db database) {
+	nodes := startCluster(t, testConfig("n0", db), testConfig("n1", db), testConfig("n2", db))
+	clients := []kvpb.KVClient{client(t, nodes[0].GRPCAddr()), client(t, nodes[1].GRPCAddr()), client(t, nodes[2].GRPCAddr())}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const keys = 30
+	for i := range keys {
+		key := fmt.Sprintf("key-%d", i)
+		owner := ownerOf(t, nodes, key)
+		via, reader := (owner+1)%3, (owner+2)%3
+		value := []byte(fmt.Sprintf("value-%d", i))
+		put, err := clients[via].Put(ctx, &kvpb.PutRequest{Key: key, Value: value})
+		if err != nil {
+			t.Fatalf("put %s via %s: %v", key, names(nodes[via:via+1]), err)
+		}
+		if want := nodes[owner].Coordinator().Self().Name; put.GetOwner() != want || put.GetEpoch() == 0 {
+			t.Errorf("put %s: applied by %s in epoch %d, want %s", key, put.GetOwner(), put.GetEpoch(), want)
+		}
+		got, err := clients[reader].Get(ctx, &kvpb.GetRequest{Key: key})
+		if err != nil {
+			t.Fatalf("get %s: %v", key, err)
+		}
+		if !got.GetFound() || string(got.GetValue()) != string(value) || got.GetPartition() != put.GetPartition() {
+			t.Errorf("get %s = %q found %v in p%d, want %q in p%d", key, got.GetValue(), got.GetFound(), got.GetPartition(), value, put.GetPartition())
+		}
+	}
+	missing, err := clients[0].Get(ctx, &kvpb.GetRequest{Key: "never-written"})
+	if err != nil || missing.GetFound() {
+		t.Errorf("get of a missing key = %v, %v; want not found", missing, err)
+	}
+	wantForwarded := uint64(2 * keys) // every put and get above went through a non-owner
+	if ownerOf(t, nodes, "never-written") != 0 {
+		wantForwarded++
+	}
+	if _, err := clients[0].Put(ctx, &kvpb.PutRequest{Key: ""}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("put with an empty key: %v, want InvalidArgument", err)
+	}
+
+	var applied, forwarded, gets uint64
+	for _, n := range nodes {
+		s := n.Stats()
+		applied, forwarded, gets = applied+s.PutsApplied, forwarded+s.Forwarded, gets+s.Gets
+		if s.StaleRejected != 0 {
+			t.Errorf("%s rejected %d stale writes in a stable cluster", n.Coordinator().Self().Name, s.StaleRejected)
+		}
+	}
+	if applied != keys || gets != keys+1 || forwarded != wantForwarded {
+		t.Errorf("puts applied %d, gets %d, forwarded %d; want %d, %d, %d", applied, gets, forwarded, keys, keys+1, wantForwarded)
+	}
+	rows, violations, err := kvnode.VerifyLog(ctx, db.open(t))
+	if err != nil || rows != keys || violations != 0 {
+		t.Errorf("VerifyLog = %d rows, %d violations, %v; want %d, 0", rows, violations, err, keys)
+	}
+}
+
+// A write under a token older than the partition's mark is refused by the
+// fence and counted, and the log shows no stale write; a stale record
+// slipped into the log is caught.
+func TestStaleWriteRejected(t *testing.T) {
+	db := sqliteDatabase(t)
+	nodes := startCluster(t, testConfig("n0", db))
+	kv := client(t, nodes[0].GRPCAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 5 {
+		if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: fmt.Sprintf("k%d", i), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Another owner, unknown to the cluster, fences the partition of k0,
+	// as a new owner would while n0 is paused.
+	lease, err := nodes[0].Coordinator().Lease([]byte("k0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqldb := db.open(t)
+	fence, err := sqlfence.New(sqldb, sqlfence.SQLite(), sqlfence.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fence.Close()
+	old := lease.Token()
+	newer := ownership.Token{Partition: old.Partition, Epoch: old.Epoch + 1, Owner: "intruder", Incarnation: 1}
+	if _, err := fence.Fence(ctx, newer); err != nil {
+		t.Fatal(err)
+	}
+
+	// n0 still holds its lease and writes under the old token: refused.
+	// The lease ends, and no node claims the partition until membership
+	// changes (L5), so the call runs out of time.
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	_, err = kv.Put(pctx, &kvpb.PutRequest{Key: "k0", Value: []byte("stale")})
+	pcancel()
+	if err == nil {
+		t.Fatal("a write under a fenced-out token succeeded")
+	}
+	if s := nodes[0].Stats(); s.StaleRejected == 0 {
+		t.Errorf("stats %+v: the stale write was not counted", s)
+	}
+	if lease.Err() == nil {
+		t.Error("the fenced-out lease is still live")
+	}
+	rows, violations, err := kvnode.VerifyLog(ctx, sqldb)
+	if err != nil || rows != 5 || violations != 0 {
+		t.Errorf("VerifyLog = %d rows, %d violations, %v; want 5 rows, 0 violations", rows, violations, err)
+	}
+
+	// Negative control: a record under an older token after a newer one.
+	if _, err := sqldb.ExecContext(ctx, `INSERT INTO kv_log (partition, epoch, owner, incarnation, key, value)
+		VALUES ($1, 0, 'ghost', '0000000000000001', 'k0', x'00')`, int64(old.Partition)); err != nil {
+		t.Fatal(err)
+	}
+	if rows, violations, err = kvnode.VerifyLog(ctx, sqldb); err != nil || rows != 6 || violations != 1 {
+		t.Errorf("VerifyLog with a stale record = %d rows, %d violations, %v; want 6, 1", rows, violations, err)
+	}
+}
+
+// A 2|1 cut through fault control splits the cluster; the majority keeps
+// serving; after the heal the coordinators re-join and every partition has
+// one owner again.
+func TestCutAndHeal(t *testing.T) {
+	db := sqliteDatabase(t)
+	var cfgs []kvnode.Config
+	for i := range 3 {
+		cfg := testConfig(fmt.Sprintf("n%d", i), db)
+		cfg.FaultControl = true
+		cfgs = append(cfgs, cfg)
+	}
+	nodes := startCluster(t, cfgs...)
+	majority, minority := nodes[:2], nodes[2]
+	resp, err := http.Post("http://"+minority.StatusAddr()+"/debug/cut?peers=not-an-address", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("POST /debug/cut with a bad address: %s, want 400", resp.Status)
+	}
+
+	// Cut n2 off: on n2 through its status server, on the others directly.
+	postCut(t, minority, majority[0].GossipAddr(), majority[1].GossipAddr())
+	for _, n := range majority {
+		if err := n.Cut([]string{minority.GossipAddr()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 20*time.Second, "the sides to lose sight of each other", func() bool {
+		return len(majority[0].Coordinator().Members()) == 2 && len(majority[1].Coordinator().Members()) == 2 &&
+			len(minority.Coordinator().Members()) == 1
+	})
+	waitConverged(t, majority, 20*time.Second)
+
+	// The majority owns every partition and serves every key.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv := client(t, majority[0].GRPCAddr())
+	for i := range 10 {
+		if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: fmt.Sprintf("split-%d", i), Value: []byte("v")}); err != nil {
+			t.Fatalf("put during the split: %v", err)
+		}
+	}
+
+	// Heal.
+	postCut(t, minority)
+	for _, n := range majority {
+		if err := n.Cut(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitConverged(t, nodes, 30*time.Second)
+	if _, err := client(t, minority.GRPCAddr()).Put(ctx, &kvpb.PutRequest{Key: "healed", Value: []byte("v")}); err != nil {
+		t.Fatalf("put after the heal: %v", err)
+	}
+	rows, violations, err := kvnode.VerifyLog(ctx, db.open(t))
+	if err != nil || rows != 11 || violations != 0 {
+		t.Errorf("VerifyLog = %d rows, %d violations, %v; want 11, 0", rows, violations, err)
+	}
+}
+
+// postCut sets n's cut through its status server.
+func postCut(t *testing.T, n *kvnode.Node, peers ...string) {
+	t.Helper()
+	resp, err := http.Post("http://"+n.StatusAddr()+"/debug/cut?peers="+url.QueryEscape(strings.Join(peers, ",")), "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /debug/cut on %s: %s: %s", n.StatusAddr(), resp.Status, body)
+	}
+}
+
+// Main runs a node from flags, announces it on stdout, serves, and leaves
+// when its context ends.
+func TestMainServesAndLeaves(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, w := io.Pipe()
+	done := make(chan error, 1)
+	args := []string{
+		"-name", "m1", "-gossip", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-status", "127.0.0.1:0",
+		"-data", filepath.Join(t.TempDir(), "kv.db"), "-preset", "local", "-partitions", "8",
+		"-gossip-key", "MDEyMzQ1Njc4OWFiY2RlZg==",
+	}
+	go func() {
+		err := kvnode.Main(ctx, args, w, io.Discard)
+		w.CloseWithError(io.EOF)
+		done <- err
+	}()
+
+	lines := bufio.NewScanner(r)
+	if !lines.Scan() {
+		t.Fatalf("no ready line: %v", lines.Err())
+	}
+	var ready kvnode.Ready
+	if err := json.Unmarshal(lines.Bytes(), &ready); err != nil {
+		t.Fatalf("ready line %q: %v", lines.Text(), err)
+	}
+	if ready.Event != "ready" || ready.Name != "m1" || ready.Gossip == "" || ready.GRPC == "" || ready.Status == "" ||
+		strings.HasSuffix(ready.GRPC, ":0") {
+		t.Fatalf("ready line %q", lines.Text())
+	}
+	rest := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		for lines.Scan() {
+			b.WriteString(lines.Text())
+		}
+		rest <- b.String()
+	}()
+
+	cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
+	defer ccancel()
+	kv := client(t, ready.GRPC)
+	if _, err := kv.Put(cctx, &kvpb.PutRequest{Key: "hello", Value: []byte("world")}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := kv.Get(cctx, &kvpb.GetRequest{Key: "hello"})
+	if err != nil || string(got.GetValue()) != "world" || got.GetOwner() != "m1" {
+		t.Fatalf("get = %v, %v", got, err)
+	}
+	var stats kvnode.Stats
+	resp, err := http.Get("http://" + ready.Status + "/kv/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&stats)
+	resp.Body.Close()
+	if err != nil || stats.PutsApplied != 1 || stats.Gets != 1 {
+		t.Errorf("/kv/stats = %+v, %v", stats, err)
+	}
+	resp, err = http.Post("http://"+ready.Status+"/debug/cut?peers=127.0.0.1:1", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("POST /debug/cut without -fault-control: %s, want 404", resp.Status)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Main = %v, want nil", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Main did not return after its context ended")
+	}
+	if extra := <-rest; extra != "" {
+		t.Errorf("Main wrote more than the ready line to stdout: %q", extra)
+	}
+}
+
+func TestMainRejectsBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{},                                 // no -name
+		{"-name", "x", "-preset", "wan"},   // unknown preset
+		{"-name", "x", "-gossip-key", "!"}, // not base64
+		{"-name", "x", "-grpc", "0.0.0.0:0", "-data", filepath.Join(dir, "kv.db")}, // not dialable
+		{"-name", "x", "extra"},
+		{"-no-such-flag"},
+	} {
+		if err := kvnode.Main(context.Background(), args, io.Discard, io.Discard); err == nil {
+			t.Errorf("Main(%q) = nil, want an error", args)
+		}
+	}
+}

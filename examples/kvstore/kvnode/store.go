@@ -1,0 +1,187 @@
+package kvnode
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	// The two database drivers this program supports. tenure itself
+	// imports none: the program chooses.
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
+)
+
+// sqliteBusyTimeout is how long a SQLite statement waits for another
+// connection's (or process's) write lock before failing with SQLITE_BUSY.
+const sqliteBusyTimeout = 10 * time.Second
+
+// OpenDB opens the database every node shares: PostgreSQL through pgx when
+// dsn is set, else the SQLite file at dataPath in WAL mode with a busy
+// timeout, so several processes on one machine can use it at once. It
+// creates nothing; the caller closes the database.
+func OpenDB(dataPath, dsn string) (*sql.DB, error) {
+	db, _, err := openDB(dataPath, dsn)
+	return db, err
+}
+
+func openDB(dataPath, dsn string) (*sql.DB, sqlfence.Dialect, error) {
+	if dsn != "" {
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return nil, sqlfence.Dialect{}, fmt.Errorf("kvnode: open PostgreSQL: %w", err)
+		}
+		return db, sqlfence.Postgres(), nil
+	}
+	if dataPath == "" || strings.ContainsAny(dataPath, "?#") {
+		return nil, sqlfence.Dialect{}, fmt.Errorf("kvnode: SQLite path %q: want a file name without '?' or '#'", dataPath)
+	}
+	// WAL lets readers run beside the one writer; the busy timeout makes a
+	// writer wait for the lock instead of failing.
+	db, err := sql.Open("sqlite", fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)",
+		dataPath, sqliteBusyTimeout.Milliseconds()))
+	if err != nil {
+		return nil, sqlfence.Dialect{}, fmt.Errorf("kvnode: open SQLite: %w", err)
+	}
+	return db, sqlfence.SQLite(), nil
+}
+
+// The application's tables. kv holds the current value of each key and the
+// token it was written under; kv_log records every write applied, in
+// commit order per partition, so VerifyLog can check the history.
+func schema(d sqlfence.Dialect) []string {
+	blob, id := "BLOB", "INTEGER PRIMARY KEY AUTOINCREMENT"
+	if d.String() == sqlfence.Postgres().String() {
+		blob, id = "BYTEA", "BIGSERIAL PRIMARY KEY"
+	}
+	return []string{
+		`CREATE TABLE IF NOT EXISTS kv (
+	key TEXT NOT NULL PRIMARY KEY,
+	value ` + blob + ` NOT NULL,
+	partition BIGINT NOT NULL,
+	epoch BIGINT NOT NULL
+)`,
+		`CREATE TABLE IF NOT EXISTS kv_log (
+	id ` + id + `,
+	partition BIGINT NOT NULL,
+	epoch BIGINT NOT NULL,
+	owner TEXT NOT NULL,
+	incarnation TEXT NOT NULL,
+	key TEXT NOT NULL,
+	value ` + blob + ` NOT NULL
+)`,
+	}
+}
+
+// createSchema creates the fence table and the application's tables. Nodes
+// starting together may race to create them on PostgreSQL, where one of
+// two concurrent CREATE TABLE IF NOT EXISTS can fail: it tries a few times.
+func createSchema(ctx context.Context, db *sql.DB, d sqlfence.Dialect, f *sqlfence.Fence) error {
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 {
+			select {
+			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+			case <-ctx.Done():
+				return fmt.Errorf("kvnode: create schema: %w (last error: %v)", ctx.Err(), err)
+			}
+		}
+		if err = f.CreateSchema(ctx); err != nil {
+			continue
+		}
+		for _, stmt := range schema(d) {
+			if _, err = db.ExecContext(ctx, stmt); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("kvnode: create schema: %w", err)
+}
+
+const (
+	upsertKV = `INSERT INTO kv (key, value, partition, epoch) VALUES ($1, $2, $3, $4)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value, partition = excluded.partition, epoch = excluded.epoch`
+	appendLog = `INSERT INTO kv_log (partition, epoch, owner, incarnation, key, value) VALUES ($1, $2, $3, $4, $5, $6)`
+	selectKV  = `SELECT value FROM kv WHERE key = $1`
+)
+
+// put writes key = value and its log record in tx, the fenced transaction
+// of the lease whose token is t.
+func put(ctx context.Context, tx *sql.Tx, t ownership.Token, key string, value []byte) error {
+	if value == nil {
+		value = []byte{} // NOT NULL: an empty value is still a value
+	}
+	if _, err := tx.ExecContext(ctx, upsertKV, key, value, int64(t.Partition), int64(t.Epoch)); err != nil {
+		return fmt.Errorf("kvnode: write %q: %w", key, err)
+	}
+	if _, err := tx.ExecContext(ctx, appendLog, int64(t.Partition), int64(t.Epoch), t.Owner,
+		fmt.Sprintf("%016x", t.Incarnation), key, value); err != nil {
+		return fmt.Errorf("kvnode: log write of %q: %w", key, err)
+	}
+	return nil
+}
+
+// VerifyLog checks the write log (table kv_log) of a kvstore database: in
+// every partition, the tokens of the applied writes, taken in commit
+// order, never decrease (ownership.Token.Compare: epoch first). A write that
+// got past the fence under a token older than one already applied is a
+// violation, so zero violations means no stale write was accepted (S1).
+//
+// Commit order within a partition is id order: a write's fenced transaction
+// locks its partition's fence row before it inserts its log record and
+// holds the lock until it commits, so the writes of one partition take
+// their ids one transaction at a time (with SQLite, one transaction at a
+// time overall).
+//
+// rows is the number of log records read.
+func VerifyLog(ctx context.Context, db *sql.DB) (rows, violations int, err error) {
+	rs, err := db.QueryContext(ctx, `SELECT partition, epoch, owner, incarnation FROM kv_log ORDER BY partition, id`)
+	if err != nil {
+		return 0, 0, fmt.Errorf("kvnode: read kv_log: %w", err)
+	}
+	defer rs.Close()
+	var last ownership.Token // the highest token applied so far in its partition
+	for rs.Next() {
+		rows++
+		var p, epoch int64
+		var owner, inc string
+		if err := rs.Scan(&p, &epoch, &owner, &inc); err != nil {
+			return rows, violations, fmt.Errorf("kvnode: read kv_log: %w", err)
+		}
+		incarnation, err := strconv.ParseUint(inc, 16, 64)
+		if err != nil || p < 0 || p > 1<<32-1 || epoch < 0 {
+			return rows, violations, fmt.Errorf("kvnode: kv_log row %d: malformed token (p%d, epoch %d, incarnation %q)", rows, p, epoch, inc)
+		}
+		t := ownership.Token{Partition: uint32(p), Epoch: uint64(epoch), Owner: owner, Incarnation: incarnation}
+		if rows > 1 && t.Partition == last.Partition && t.Less(last) {
+			violations++
+			continue
+		}
+		last = t
+	}
+	if err := rs.Err(); err != nil {
+		return rows, violations, fmt.Errorf("kvnode: read kv_log: %w", err)
+	}
+	return rows, violations, nil
+}
+
+// getValue reads key's value; found is false when it was never written.
+func getValue(ctx context.Context, db *sql.DB, key string) (value []byte, found bool, err error) {
+	err = db.QueryRowContext(ctx, selectKV, key).Scan(&value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("kvnode: read %q: %w", key, err)
+	}
+	return value, true, nil
+}
