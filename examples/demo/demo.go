@@ -1,0 +1,516 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
+	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
+	"github.com/tenure-go/tenure/transport"
+)
+
+type config struct {
+	nodes, partitions, writers, keys int
+	phase, pause, cut, timeout       time.Duration
+	dir, dsn                         string
+	keep                             bool
+}
+
+// demo is the cluster of child processes and the workload's counters.
+type demo struct {
+	cfg   config
+	self  string // this executable, started as each node
+	dir   string
+	runID string // prefixes this run's keys, so a reused database is fine
+
+	mu    sync.Mutex
+	live  map[string]*proc // running nodes, paused ones included
+	gone  []*proc          // nodes that exited, for their last counters
+	phase string
+
+	ops, acked, failed, staleSeen atomic.Int64
+}
+
+// writer is one client: it alone writes its keys, each with increasing
+// values, so the last acknowledged value of a key is a floor for what a
+// read must return at the end.
+type writer struct {
+	id          int
+	next, acked []uint64 // by key index: last value sent, last value acknowledged
+}
+
+func (d *demo) key(w, i int) string { return fmt.Sprintf("%s/w%d/k%d", d.runID, w, i) }
+
+func run(ctx context.Context, cfg config) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	self, err := os.Executable()
+	if err != nil {
+		return false, err
+	}
+	d := &demo{cfg: cfg, self: self, dir: cfg.dir, live: map[string]*proc{}, runID: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	if d.dir == "" {
+		if d.dir, err = os.MkdirTemp("", "tenure-demo-"); err != nil {
+			return false, err
+		}
+		if !cfg.keep {
+			defer os.RemoveAll(d.dir)
+		}
+	}
+	defer d.killAll()
+
+	start := time.Now()
+	for i := range cfg.nodes {
+		if _, err := d.start(ctx, fmt.Sprintf("node-%d", i)); err != nil {
+			return false, err
+		}
+	}
+	if _, err := d.settle(ctx); err != nil {
+		return false, err
+	}
+	first := d.get("node-0")
+	fmt.Printf("%d nodes (child processes) own %d partitions after %.1fs\n", cfg.nodes, cfg.partitions, time.Since(start).Seconds())
+	fmt.Printf("status page: http://%s/  (every node has one; JSON: ?format=json, counters: /kv/stats)\n", first.status)
+	if cfg.dsn == "" {
+		fmt.Printf("data and node logs: %s\n", d.dir)
+	}
+
+	// The workload.
+	wctx, stopWriters := context.WithCancel(ctx)
+	defer stopWriters()
+	writers := make([]*writer, cfg.writers)
+	var wg sync.WaitGroup
+	for i := range writers {
+		w := &writer{id: i, next: make([]uint64, cfg.keys), acked: make([]uint64, cfg.keys)}
+		writers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.write(wctx, w, rand.New(rand.NewPCG(uint64(i), 42)))
+		}()
+	}
+	defer wg.Wait()
+	stopProgress := d.progress(start)
+	defer stopProgress()
+
+	// The faults, in turn.
+	d.setPhase("steady")
+	d.wait(ctx, cfg.phase)
+
+	victim := d.get("node-3")
+	d.setPhase("pause node-3 (SIGSTOP)")
+	if err := victim.signal(syscall.SIGSTOP); err != nil {
+		return false, err
+	}
+	d.wait(ctx, cfg.pause)
+	if err := victim.signal(syscall.SIGCONT); err != nil {
+		return false, err
+	}
+	d.setPhase("node-3 resumed (SIGCONT)")
+	resumed, err := d.settle(ctx)
+	if err != nil {
+		return false, err
+	}
+	d.wait(ctx, cfg.phase)
+
+	d.setPhase("crash node-1 (SIGKILL)")
+	crashed := d.remove("node-1")
+	crashed.kill()
+	failover, err := d.settle(ctx)
+	if err != nil {
+		return false, err
+	}
+	d.wait(ctx, cfg.phase)
+
+	d.setPhase("restart node-1")
+	t0 := time.Now()
+	if _, err := d.start(ctx, "node-1"); err != nil {
+		return false, err
+	}
+	if _, err := d.settle(ctx); err != nil {
+		return false, err
+	}
+	rejoin := time.Since(t0)
+	d.wait(ctx, cfg.phase)
+
+	d.setPhase("network cut {0,1} | {2,3,4}")
+	small, large := d.split(2)
+	if err := d.cut(small, large); err != nil {
+		return false, err
+	}
+	t0 = time.Now()
+	if _, err := d.settleAmong(ctx, large); err != nil {
+		return false, err
+	}
+	cutFailover := time.Since(t0)
+	d.wait(ctx, cfg.cut-cutFailover)
+	d.setPhase("network healed")
+	if err := d.cut(nil, d.list()); err != nil {
+		return false, err
+	}
+	healed, err := d.settle(ctx)
+	if err != nil {
+		return false, err
+	}
+	d.wait(ctx, cfg.phase)
+
+	d.setPhase("graceful leave of node-2")
+	leaver := d.remove("node-2")
+	t0 = time.Now()
+	if err := leaver.stop(ctx); err != nil {
+		return false, err
+	}
+	if _, err := d.settle(ctx); err != nil {
+		return false, err
+	}
+	handoff := time.Since(t0)
+	d.wait(ctx, cfg.phase)
+
+	d.setPhase("checking")
+	stopWriters()
+	wg.Wait()
+	stopProgress()
+
+	lost, reads, err := d.readBack(ctx, writers)
+	if err != nil {
+		return false, err
+	}
+	rows, staleAccepted, err := d.verifyLog(ctx)
+	if err != nil {
+		return false, err
+	}
+	var staleRejected int64
+	for _, p := range append(d.list(), d.goneList()...) {
+		p.scrape()
+		staleRejected += p.last.StaleRejected
+	}
+
+	fmt.Printf("\nreport: %d operations, %d acknowledged writes, %d failed or timed out (the client retries with a new value)\n",
+		d.ops.Load(), d.acked.Load(), d.failed.Load())
+	fmt.Printf("        %d stale writes rejected by the fence (%d of them answered to a client as stale)\n", staleRejected, d.staleSeen.Load())
+	fmt.Printf("        %d keys read back: %d acknowledged writes lost; write log of %d rows: %d stale writes accepted\n", reads, lost, rows, staleAccepted)
+	fmt.Printf("        settled after: pause %.2fs, crash %.2fs, restart %.2fs, cut (majority side) %.2fs, heal %.2fs, leave %.2fs\n",
+		resumed.Seconds(), failover.Seconds(), rejoin.Seconds(), cutFailover.Seconds(), healed.Seconds(), handoff.Seconds())
+	fmt.Printf("figure: demo.operations %d\n", d.ops.Load())
+	fmt.Printf("figure: demo.acked_writes %d\n", d.acked.Load())
+	fmt.Printf("figure: demo.stale_rejected %d\n", staleRejected)
+	fmt.Printf("figure: demo.lost_writes %d\n", lost)
+	fmt.Printf("figure: demo.stale_accepted %d\n", staleAccepted)
+	fmt.Printf("figure: demo.failover_seconds %.3f\n", failover.Seconds())
+	fmt.Printf("figure: demo.pause_recovery_seconds %.3f\n", resumed.Seconds())
+	fmt.Printf("figure: demo.cut_failover_seconds %.3f\n", cutFailover.Seconds())
+	fmt.Printf("figure: demo.heal_seconds %.3f\n", healed.Seconds())
+	fmt.Printf("figure: demo.handoff_seconds %.3f\n", handoff.Seconds())
+	fmt.Printf("figure: demo.total_seconds %.1f\n", time.Since(start).Seconds())
+	return lost == 0 && staleAccepted == 0 && d.acked.Load() > 0, nil
+}
+
+// write runs one writer until ctx ends: a Put of the next value of a random
+// key of its own, through a random node (which routes it to the owner).
+func (d *demo) write(ctx context.Context, w *writer, r *rand.Rand) {
+	for ctx.Err() == nil {
+		nodes := d.list()
+		if len(nodes) == 0 {
+			return
+		}
+		p := nodes[r.IntN(len(nodes))]
+		i := r.IntN(d.cfg.keys)
+		w.next[i]++
+		v := w.next[i]
+		cctx, cancel := context.WithTimeout(ctx, d.cfg.timeout)
+		_, err := p.kv.Put(cctx, &kvpb.PutRequest{Key: d.key(w.id, i), Value: []byte(strconv.FormatUint(v, 10))})
+		cancel()
+		d.ops.Add(1)
+		if err == nil {
+			w.acked[i] = v
+			d.acked.Add(1)
+			continue
+		}
+		d.failed.Add(1)
+		if _, ok := transport.StaleFromStatus(err); ok {
+			d.staleSeen.Add(1)
+		}
+		d.wait(ctx, 5*time.Millisecond) // no owner ready, or the node is gone: back off
+	}
+}
+
+// readBack reads every written key through the cluster and counts the keys
+// whose value is older than their last acknowledged write: lost writes.
+func (d *demo) readBack(ctx context.Context, writers []*writer) (lost, reads int, err error) {
+	nodes := d.list()
+	for _, w := range writers {
+		for i, acked := range w.acked {
+			if w.next[i] == 0 {
+				continue
+			}
+			got, err := d.read(ctx, nodes[(w.id+i)%len(nodes)], d.key(w.id, i))
+			if err != nil {
+				return lost, reads, err
+			}
+			reads++
+			if got < acked || got > w.next[i] {
+				lost++
+				fmt.Printf("LOST: %s holds %d, last acknowledged %d, last sent %d\n", d.key(w.id, i), got, acked, w.next[i])
+			}
+		}
+	}
+	return lost, reads, nil
+}
+
+// read gets one key, retrying while its partition has no owner ready.
+func (d *demo) read(ctx context.Context, p *proc, key string) (uint64, error) {
+	var last error
+	for range 50 {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := p.kv.Get(cctx, &kvpb.GetRequest{Key: key})
+		cancel()
+		if err == nil {
+			if !resp.GetFound() {
+				return 0, nil
+			}
+			return strconv.ParseUint(string(resp.GetValue()), 10, 64)
+		}
+		last = err
+		d.wait(ctx, 100*time.Millisecond)
+	}
+	return 0, fmt.Errorf("read %s: %w", key, last)
+}
+
+// verifyLog checks the nodes' write log: in every partition, the epochs of
+// applied writes never go down. A stale write that got past the fence would
+// show as a lower epoch after a higher one.
+func (d *demo) verifyLog(ctx context.Context) (rows, violations int, err error) {
+	db, err := kvnode.OpenDB(d.sqlitePath(), d.cfg.dsn)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	return kvnode.VerifyLog(ctx, db)
+}
+
+func (d *demo) sqlitePath() string { return filepath.Join(d.dir, "kvstore.db") }
+
+// start launches a node that joins the live ones.
+func (d *demo) start(ctx context.Context, name string) (*proc, error) {
+	args := []string{
+		"-gossip", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-status", "127.0.0.1:0",
+		"-preset", "local", "-partitions", strconv.Itoa(d.cfg.partitions), "-fault-control",
+	}
+	if d.cfg.dsn != "" {
+		args = append(args, "-dsn", d.cfg.dsn)
+	} else {
+		args = append(args, "-data", d.sqlitePath())
+	}
+	var seeds []string
+	for _, p := range d.list() {
+		seeds = append(seeds, p.gossip)
+	}
+	if len(seeds) > 0 {
+		args = append(args, "-seeds", strings.Join(seeds, ","))
+	}
+	p, err := spawn(ctx, d.self, name, filepath.Join(d.dir, name+".log"), args)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.live[name] = p
+	d.mu.Unlock()
+	return p, nil
+}
+
+func (d *demo) get(name string) *proc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.live[name]
+}
+
+// remove takes a node out of the workload before it is stopped, keeping its
+// last counters.
+func (d *demo) remove(name string) *proc {
+	d.mu.Lock()
+	p := d.live[name]
+	delete(d.live, name)
+	d.mu.Unlock()
+	p.scrape()
+	d.mu.Lock()
+	d.gone = append(d.gone, p)
+	d.mu.Unlock()
+	return p
+}
+
+// list returns the live nodes sorted by name.
+func (d *demo) list() []*proc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]*proc, 0, len(d.live))
+	for _, p := range d.live {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *proc) int {
+		if a.name < b.name {
+			return -1
+		}
+		if a.name > b.name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (d *demo) goneList() []*proc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.gone)
+}
+
+func (d *demo) killAll() {
+	for _, p := range d.list() {
+		p.kill()
+	}
+}
+
+// split divides the live nodes into the first n and the rest.
+func (d *demo) split(n int) (small, large []*proc) {
+	all := d.list()
+	return all[:n], all[n:]
+}
+
+// cut makes every node of a drop gossip with every node of b and the other
+// way round; cut(nil, all) heals.
+func (d *demo) cut(a, b []*proc) error {
+	addrs := func(ps []*proc) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.gossip)
+		}
+		return out
+	}
+	for _, p := range a {
+		if err := p.cut(addrs(b)); err != nil {
+			return err
+		}
+	}
+	for _, p := range b {
+		if err := p.cut(addrs(a)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle waits until every live node sees exactly the live nodes and a
+// converged ownership table, and returns how long that took.
+func (d *demo) settle(ctx context.Context) (time.Duration, error) {
+	return d.settleAmong(ctx, d.list())
+}
+
+// settleAmong waits until the given nodes see exactly each other.
+func (d *demo) settleAmong(ctx context.Context, nodes []*proc) (time.Duration, error) {
+	start := time.Now()
+	names := map[string]bool{}
+	for _, p := range nodes {
+		names[p.name] = true
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		done := true
+		for _, p := range nodes {
+			if !p.settled(names) {
+				done = false
+				break
+			}
+		}
+		if done {
+			return time.Since(start), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, errors.New("the cluster did not settle within a minute")
+		case <-tick.C:
+		}
+	}
+}
+
+// wait lets d pass unless ctx ends first.
+func (d *demo) wait(ctx context.Context, dur time.Duration) {
+	if dur <= 0 {
+		return
+	}
+	t := time.NewTimer(dur)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (d *demo) setPhase(s string) {
+	d.mu.Lock()
+	d.phase = s
+	d.mu.Unlock()
+}
+
+// progress prints a live progress line until the returned func is called.
+func (d *demo) progress(start time.Time) (stop func()) {
+	tty := false
+	if fi, err := os.Stdout.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		tty = true
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	lastPhase := ""
+	line := func(final bool) {
+		d.mu.Lock()
+		phase := d.phase
+		d.mu.Unlock()
+		text := fmt.Sprintf("[%5.1fs] %-30s ops %8d  acked %8d  failed %6d  live %d",
+			time.Since(start).Seconds(), phase, d.ops.Load(), d.acked.Load(), d.failed.Load(), len(d.list()))
+		switch {
+		case tty && !final:
+			fmt.Printf("\r%s", text)
+		case tty:
+			fmt.Printf("\r%s\n", text)
+		case phase != lastPhase || final:
+			fmt.Println(text)
+		}
+		lastPhase = phase
+	}
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				line(true)
+				return
+			case <-tick.C:
+				line(false)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			<-finished
+		})
+	}
+}
