@@ -1,0 +1,250 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/ownership"
+)
+
+// Options tune a Node. The zero Options is valid.
+type Options struct {
+	// BatchSize is the most events read, applied and committed at once.
+	// Larger batches commit less often; a rejected batch wastes more work.
+	// Default 32.
+	BatchSize int
+	// PollInterval is the wait when a partition has no new events, or
+	// after a failed read or commit. Default 20 ms.
+	PollInterval time.Duration
+	// Logger receives the node's logs. Default: discard.
+	Logger *slog.Logger
+
+	// commit replaces Store.Commit (the scenario pauses a batch there, and
+	// the tests' negative control commits without the fence).
+	commit func(ctx context.Context, b Batch) error
+}
+
+// Stats counts a node's commits.
+type Stats struct {
+	Batches  int64 // batches committed
+	Events   int64 // events in them
+	Rejected int64 // commits the fence rejected (stale token)
+}
+
+// Node is one consumer process: an embedded coordinator, and one goroutine
+// per partition the coordinator grants it, which consumes the partition's
+// events from the committed offset and commits its outputs and offset
+// with fenced writes.
+//
+// Its methods are safe for concurrent use.
+type Node struct {
+	store *Store
+	opts  Options
+	log   *slog.Logger
+	c     *coordinator.Coordinator
+
+	// ctx bounds the commits and ends at Close. Commits do not use the
+	// lease's context: a commit already on its way when the lease ends is
+	// what the fence is for, and the example must show it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	workers map[*ownership.Lease]*worker
+	wg      sync.WaitGroup
+
+	batches, events, rejected atomic.Int64
+}
+
+// worker is the goroutine consuming one lease's partition.
+type worker struct {
+	stop     chan struct{} // closed by Release: finish the batch in hand and return
+	stopOnce sync.Once
+	done     chan struct{} // closed when the goroutine has returned
+}
+
+// NewNode returns a node consuming store's partitions. cfg is the
+// coordinator's configuration (from a preset, with Name, Seeds and
+// addresses set); NewNode sets its Handler and its Fence (the store's
+// fence, so that every new owner fences the partition before it reads the
+// offset). Call Start.
+func NewNode(store *Store, cfg coordinator.Config, opts Options) (*Node, error) {
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 32
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 20 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.commit == nil {
+		opts.commit = store.Commit
+	}
+	n := &Node{store: store, opts: opts, log: opts.Logger.With("node", cfg.Name), workers: map[*ownership.Lease]*worker{}}
+	cfg.Handler = coordinator.HandlerFuncs{AcquireFunc: n.acquire, ReleaseFunc: n.release}
+	cfg.Fence = store.Fence()
+	c, err := coordinator.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n.c = c
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// Start joins the cluster (coordinator.Coordinator.Start); the node starts
+// consuming the partitions it is granted.
+func (n *Node) Start(ctx context.Context) error { return n.c.Start(ctx) }
+
+// Coordinator returns the node's coordinator.
+func (n *Node) Coordinator() *coordinator.Coordinator { return n.c }
+
+// Leave hands every partition off (each consumer finishes the batch in
+// hand and commits it), leaves the cluster and stops.
+func (n *Node) Leave(ctx context.Context) error {
+	err := n.c.Leave(ctx)
+	n.stop()
+	return err
+}
+
+// Close stops at once: to the other nodes this is a crash. A batch being
+// committed is abandoned; its partition's next owner consumes it again
+// from the committed offset. Close is idempotent.
+func (n *Node) Close() error {
+	err := n.c.Close()
+	n.stop()
+	return err
+}
+
+// stop cancels the commits still running and waits for every consumer.
+func (n *Node) stop() {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	n.cancel()
+	n.wg.Wait()
+}
+
+// Stats returns the node's counts so far.
+func (n *Node) Stats() Stats {
+	return Stats{Batches: n.batches.Load(), Events: n.events.Load(), Rejected: n.rejected.Load()}
+}
+
+// acquire is Handler.Acquire: the coordinator has fenced the store with
+// the lease's token, so the committed offset is final until this lease
+// ends. Start consuming.
+func (n *Node) acquire(_ context.Context, lease *ownership.Lease) error {
+	w := &worker{stop: make(chan struct{}), done: make(chan struct{})}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return coordinator.ErrClosed
+	}
+	n.workers[lease] = w
+	n.wg.Add(1)
+	go n.consume(lease, w)
+	return nil
+}
+
+// release is Handler.Release: let the consumer commit the batch in hand,
+// then return, so that the next owner starts from the offset it committed
+// and no commit is rejected (a graceful handoff).
+func (n *Node) release(ctx context.Context, lease *ownership.Lease) error {
+	n.mu.Lock()
+	w := n.workers[lease]
+	n.mu.Unlock()
+	if w == nil {
+		return nil // already stopped: the lease ended
+	}
+	w.stopOnce.Do(func() { close(w.stop) })
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// consume runs one partition for one lease: read a batch from the
+// committed offset, commit its effect and the new offset in one fenced
+// transaction, repeat, until the lease ends or Release asks to stop.
+func (n *Node) consume(lease *ownership.Lease, w *worker) {
+	defer func() {
+		n.mu.Lock()
+		delete(n.workers, lease)
+		n.mu.Unlock()
+		close(w.done)
+		n.wg.Done()
+	}()
+	log := n.log.With("partition", lease.Partition(), "epoch", lease.Token().Epoch)
+	for n.running(lease, w) {
+		// Read with the lease's context: reading after the lease ended is
+		// useless. The offset is read again for every batch, so a commit
+		// whose outcome was unknown costs nothing to get right.
+		b, err := n.store.ReadBatch(lease.Context(), lease.Token(), n.opts.BatchSize)
+		if err != nil || len(b.Events) == 0 {
+			if err != nil && lease.Err() == nil {
+				log.Warn("read", "err", err)
+			}
+			n.pause(lease, w)
+			continue
+		}
+		// The lease may end from here on without this goroutine noticing
+		// (a GC pause, a stopped process, a slow network): checking
+		// lease.Err() before committing would narrow that window, never
+		// close it. The fence closes it.
+		err = n.opts.commit(n.ctx, b)
+		switch {
+		case err == nil:
+			n.batches.Add(1)
+			n.events.Add(int64(len(b.Events)))
+		case errors.Is(err, ownership.ErrStaleToken):
+			// A newer owner fenced the partition: this batch was not
+			// applied, and the newer owner consumes it from the committed
+			// offset. Tell the coordinator, which ends the lease at once,
+			// and stop.
+			n.rejected.Add(1)
+			log.Info("stale commit rejected", "from", b.From, "events", len(b.Events), "err", err)
+			n.c.ReportStale(err)
+			return
+		default:
+			log.Warn("commit", "from", b.From, "err", err)
+			n.pause(lease, w)
+		}
+	}
+}
+
+// running reports whether the consumer should go on: false once the
+// lease has ended, Release asked it to stop, or the node is closing.
+func (n *Node) running(lease *ownership.Lease, w *worker) bool {
+	select {
+	case <-lease.Done():
+		return false
+	case <-w.stop:
+		return false
+	case <-n.ctx.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// pause waits PollInterval, or less if the consumer should stop.
+func (n *Node) pause(lease *ownership.Lease, w *worker) {
+	t := time.NewTimer(n.opts.PollInterval)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-lease.Done():
+	case <-w.stop:
+	case <-n.ctx.Done():
+	}
+}

@@ -1,0 +1,377 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
+	"github.com/tenure-go/tenure/ring"
+)
+
+// Scenario is the self-checking run of `go run ./examples/consumer`. A
+// producer appends events; Nodes consumer nodes gossip over loopback
+// (through a faultnet network, so that one can be cut off) and consume
+// them. Ownership then moves in the middle of a batch, deterministically:
+// node-1 reads a batch and computes its effect, and is held just before
+// its commit; node-1 is cut off, the others take its partitions over and
+// consume from the last committed offset, past the held batch; then the
+// held batch is let go, and the fence must reject its commit. The network
+// heals, node-1 rejoins, the log is consumed to its end, and Verify
+// checks that no event was applied twice or missed.
+type Scenario struct {
+	DB      *sql.DB
+	Dialect sqlfence.Dialect
+	// Prefix names the tables (see NewStore). They must be empty or absent.
+	Prefix string
+	// Events is how many events the producer appends. Default 2000.
+	Events int
+	// Nodes is how many consumer nodes run, at least 3 (one is cut off and
+	// the others must keep a majority). Default 3.
+	Nodes int
+	// Partitions of the log. Default 16.
+	Partitions int
+	// Keys is how many distinct keys the events carry: enough that every
+	// node owns some. Default 100.
+	Keys int
+	// BatchSize is Options.BatchSize. Default 32.
+	BatchSize int
+	// Seed draws the events' keys and amounts.
+	Seed uint64
+	// Logger receives the nodes' logs. Default: discard.
+	Logger *slog.Logger
+	// Progress receives a line per step. Default: discard.
+	Progress io.Writer
+
+	// commit, in tests, replaces the fenced commit (the negative control).
+	commit func(s *Store) func(context.Context, Batch) error
+}
+
+// Result is what a Scenario did and found.
+type Result struct {
+	Report
+	// Rejected counts the commits the fence rejected, over all nodes.
+	Rejected int64
+	// Paused is the batch held before its commit while its partition
+	// moved; PausedErr is what its commit returned at last.
+	Paused    Batch
+	PausedErr error
+	Elapsed   time.Duration
+}
+
+// Err returns nil if the run kept the promise: every event applied exactly
+// once, every offset at the end of the log, and the held batch's commit
+// rejected by the fence.
+func (r Result) Err() error {
+	if err := r.Report.Err(); err != nil {
+		return err
+	}
+	if !errors.Is(r.PausedErr, ownership.ErrStaleToken) {
+		return fmt.Errorf("consumer: the stale batch's commit returned %v, want a stale-token error", r.PausedErr)
+	}
+	return nil
+}
+
+// WriteFigures writes the run's figures, one "figure: name value" line each.
+func (r Result) WriteFigures(w io.Writer) {
+	fmt.Fprintf(w, "figure: consumer.events %d\n", r.Events)
+	fmt.Fprintf(w, "figure: consumer.stale_commits_rejected %d\n", r.Rejected)
+	fmt.Fprintf(w, "figure: consumer.double_applied %d\n", r.DoubleApplied)
+	fmt.Fprintf(w, "figure: consumer.missing %d\n", r.Missing)
+	fmt.Fprintf(w, "figure: consumer.seconds %.2f\n", r.Elapsed.Seconds())
+}
+
+func (s Scenario) withDefaults() (Scenario, error) {
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&s.Events, 2000)
+	def(&s.Nodes, 3)
+	def(&s.Partitions, 16)
+	def(&s.Keys, 100)
+	def(&s.BatchSize, 32)
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.Progress == nil {
+		s.Progress = io.Discard
+	}
+	switch {
+	case s.DB == nil:
+		return s, errors.New("consumer: Scenario.DB is nil")
+	case s.Nodes < 3:
+		return s, errors.New("consumer: Scenario.Nodes must be at least 3")
+	case s.Events < 3 || s.Keys < 1 || s.BatchSize < 1:
+		return s, errors.New("consumer: Scenario needs at least 3 events, 1 key and a batch size of 1")
+	}
+	return s, nil
+}
+
+// Run runs the scenario; it returns an error if it could not (a database
+// error, a step that did not happen before ctx ended), and the Result
+// otherwise, whose Err says whether the run kept the promise.
+func (s Scenario) Run(ctx context.Context) (Result, error) {
+	s, err := s.withDefaults()
+	if err != nil {
+		return Result{}, err
+	}
+	start := time.Now()
+	store, err := NewStore(s.DB, s.Dialect, s.Prefix)
+	if err != nil {
+		return Result{}, err
+	}
+	defer store.Close()
+	if err := store.CreateSchema(ctx); err != nil {
+		return Result{}, err
+	}
+	if r, err := store.Verify(ctx); err != nil || r.Events != 0 || r.Applications != 0 {
+		return Result{}, fmt.Errorf("consumer: the store's tables must start empty (%d events, err %v)", r.Events, err)
+	}
+	say := func(format string, args ...any) {
+		fmt.Fprintf(s.Progress, "  %5.2fs  "+format+"\n", append([]any{time.Since(start).Seconds()}, args...)...)
+	}
+
+	// The cluster: Nodes consumers whose gossip runs through one faultnet
+	// network. node-1 holds the first batch it is about to commit.
+	network := faultnet.New(faultnet.WithSeed(s.Seed))
+	hold := newHolder()
+	var nodes []*Node
+	defer func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	}()
+	for i := range s.Nodes {
+		n, err := s.startNode(ctx, store, network, fmt.Sprintf("node-%d", i), nodes, hold)
+		if err != nil {
+			return Result{}, err
+		}
+		nodes = append(nodes, n)
+	}
+	if err := converged(ctx, nodes); err != nil {
+		return Result{}, err
+	}
+	say("%d nodes own %d partitions", s.Nodes, s.Partitions)
+
+	// The producer places each event in its key's partition. The partition
+	// depends only on the key and the partition count, so any node's
+	// table gives the same answer.
+	table := nodes[0].Coordinator().Table()
+	r := rand.New(rand.NewPCG(s.Seed, 1))
+	produce := func(count int) error {
+		for count > 0 {
+			chunk := make([]Event, min(count, 100))
+			for i := range chunk {
+				key := fmt.Sprintf("acct-%03d", r.IntN(s.Keys))
+				chunk[i] = Event{Partition: uint32(table.PartitionString(key)), Key: key, Amount: 1 + r.Int64N(100)}
+			}
+			if _, err := store.Append(ctx, chunk...); err != nil {
+				return err
+			}
+			count -= len(chunk)
+		}
+		return nil
+	}
+	// A third of the events before the fault, a third while node-1 is cut
+	// off, a third after the heal.
+	third := s.Events / 3
+	if err := produce(third); err != nil {
+		return Result{}, err
+	}
+	say("produced %d events", third)
+
+	// node-1 has read a batch and computed its effect; its commit is held.
+	var res Result
+	select {
+	case res.Paused = <-hold.held:
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("consumer: node-1 never had a batch to commit: %w", ctx.Err())
+	}
+	p := res.Paused.Token.Partition
+	say("node-1 holds a batch of p%d, offsets [%d, %d), before its commit", p, res.Paused.From, res.Paused.Next())
+
+	// Cut node-1 off. The others detect it, wait out the grace period,
+	// claim its partitions and fence them; the new owner of p consumes
+	// from the committed offset, the start of the held batch, and beyond.
+	network.Isolate("node-1")
+	say("node-1 cut off from the cluster")
+	if err := produce(third); err != nil {
+		return Result{}, err
+	}
+	say("produced %d more events", third)
+	err = poll(ctx, "a new owner to commit past the held batch", func() (bool, error) {
+		off, err := store.Offset(ctx, p)
+		return off >= res.Paused.Next(), err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	mark, err := store.Fence().Current(ctx, p)
+	if err != nil {
+		return Result{}, err
+	}
+	say("%s took p%d over (epoch %d) and committed past offset %d", mark.Owner, p, mark.Epoch, res.Paused.Next())
+
+	// Let node-1's held batch go: its commit carries the old token.
+	close(hold.release)
+	select {
+	case res.PausedErr = <-hold.result:
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("consumer: the held commit did not return: %w", ctx.Err())
+	}
+	say("node-1's held commit: %v", res.PausedErr)
+
+	// Heal: node-1 rejoins, takes its share back, and everything is
+	// consumed.
+	network.Heal()
+	if err := converged(ctx, nodes); err != nil {
+		return Result{}, err
+	}
+	say("network healed; %d nodes own %d partitions again", s.Nodes, s.Partitions)
+	if err := produce(s.Events - 2*third); err != nil {
+		return Result{}, err
+	}
+	say("produced the last %d events", s.Events-2*third)
+	err = poll(ctx, "the log to be consumed", func() (bool, error) {
+		lag, err := store.Lag(ctx)
+		return lag == 0, err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	say("all %d events consumed", s.Events)
+
+	for _, n := range nodes {
+		n.Close()
+		res.Rejected += n.Stats().Rejected
+	}
+	nodes = nil
+	if res.Report, err = store.Verify(ctx); err != nil {
+		return Result{}, err
+	}
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+// startNode starts one consumer node whose gossip runs through network
+// and joins the first of others. If hold is set, node-1 commits through it.
+func (s Scenario) startNode(ctx context.Context, store *Store, network *faultnet.Network, name string, others []*Node, hold *holder) (*Node, error) {
+	tr, err := network.Transport(name, faultnet.TransportConfig{Logger: s.Logger})
+	if err != nil {
+		return nil, err
+	}
+	cfg := coordinator.LocalConfig()
+	cfg.Name = name
+	cfg.Logger = s.Logger
+	cfg.Ring = ring.DefaultConfig()
+	cfg.Ring.Partitions = s.Partitions
+	ml := *cfg.Memberlist
+	ml.Transport = tr
+	cfg.Memberlist = &ml
+	if len(others) > 0 {
+		cfg.Seeds = []string{others[0].Coordinator().GossipAddr()}
+	}
+	opts := Options{BatchSize: s.BatchSize, Logger: s.Logger, commit: store.Commit}
+	if s.commit != nil {
+		opts.commit = s.commit(store)
+	}
+	if name == "node-1" && hold != nil {
+		opts.commit = hold.wrap(opts.commit)
+	}
+	n, err := NewNode(store, cfg, opts)
+	if err != nil {
+		tr.Shutdown()
+		return nil, err
+	}
+	if err := n.Start(ctx); err != nil {
+		n.Close()
+		tr.Shutdown()
+		return nil, err
+	}
+	return n, nil
+}
+
+// holder holds the first batch committed through it before its commit,
+// until release is closed.
+type holder struct {
+	once    sync.Once
+	held    chan Batch    // receives the held batch
+	release chan struct{} // closed to let it commit
+	result  chan error    // receives what its commit returned
+}
+
+func newHolder() *holder {
+	return &holder{held: make(chan Batch, 1), release: make(chan struct{}), result: make(chan error, 1)}
+}
+
+func (h *holder) wrap(commit func(context.Context, Batch) error) func(context.Context, Batch) error {
+	return func(ctx context.Context, b Batch) error {
+		first := false
+		h.once.Do(func() { first = true })
+		if !first {
+			return commit(ctx, b)
+		}
+		h.held <- b
+		var err error
+		select {
+		case <-h.release:
+			err = commit(ctx, b)
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		h.result <- err
+		return err
+	}
+}
+
+// converged waits until every node sees all of them and holds what the
+// ring gives it.
+func converged(ctx context.Context, nodes []*Node) error {
+	return poll(ctx, "the cluster to converge", func() (bool, error) {
+		for _, n := range nodes {
+			if t := n.Coordinator().Table(); t == nil || t.Len() != len(nodes) {
+				return false, nil
+			}
+		}
+		for _, n := range nodes {
+			c, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+			err := n.Coordinator().WaitConverged(c)
+			cancel()
+			if err != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// poll calls cond every 10 ms until it reports true, fails, or ctx ends.
+func poll(ctx context.Context, what string, cond func() (bool, error)) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("consumer: waiting for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("consumer: waiting for %s: %w", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}

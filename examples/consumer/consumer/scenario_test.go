@@ -1,0 +1,181 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
+)
+
+// runScenario runs sc with a bounded context and fails the test if the
+// run could not complete.
+func runScenario(t *testing.T, sc Scenario) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sc.Progress = testWriter{t}
+	res, err := sc.Run(ctx)
+	if err != nil {
+		t.Fatalf("scenario: %v", err)
+	}
+	return res
+}
+
+// checkExactlyOnce fails the test unless every event was applied exactly
+// once and the held batch's commit was rejected by the fence.
+func checkExactlyOnce(t *testing.T, res Result, events int) {
+	t.Helper()
+	if err := res.Err(); err != nil {
+		t.Errorf("%v (report %+v)", err, res.Report)
+	}
+	if res.Events != events || res.Applications != events {
+		t.Errorf("%d events in the log, %d applications; want %d of each", res.Events, res.Applications, events)
+	}
+	if res.Rejected < 1 {
+		t.Errorf("no commit was rejected; the held batch's should have been")
+	}
+	var stale *ownership.StaleTokenError
+	if !errors.As(res.PausedErr, &stale) || stale.Token != res.Paused.Token || stale.Current.Owner == "node-1" {
+		t.Errorf("held commit under %v returned %v; want a stale-token error naming another owner", res.Paused.Token, res.PausedErr)
+	}
+}
+
+// TestFigures runs the scenario on SQLite: ownership moves in the middle
+// of a batch, the stale owner's commit is rejected, and every event is
+// applied exactly once. It prints the figures.
+func TestFigures(t *testing.T) {
+	res := runScenario(t, Scenario{DB: openSQLite(t), Dialect: sqlfence.SQLite(), Events: 900})
+	checkExactlyOnce(t, res, 900)
+	res.WriteFigures(os.Stdout)
+}
+
+// The same scenario on PostgreSQL, where different partitions commit in
+// parallel.
+func TestScenarioPostgres(t *testing.T) {
+	db := openPostgres(t)
+	res := runScenario(t, Scenario{DB: db, Dialect: sqlfence.Postgres(), Prefix: uniquePrefix(t, db, sqlfence.Postgres()), Events: 900, Seed: 7})
+	checkExactlyOnce(t, res, 900)
+}
+
+// The negative control: the same scenario with commits that skip the
+// fence. The held batch's late commit goes through, applies its events a
+// second time and moves the offset back, and the checks must say so.
+func TestUnfencedCommitsAreCaught(t *testing.T) {
+	sc := Scenario{DB: openSQLite(t), Dialect: sqlfence.SQLite(), Events: 600, commit: unfencedCommit}
+	res := runScenario(t, sc)
+	if res.PausedErr != nil {
+		t.Fatalf("the unfenced held commit returned %v; want it to go through", res.PausedErr)
+	}
+	if res.DoubleApplied < len(res.Paused.Events) || res.BadBalances == 0 {
+		t.Errorf("report %+v: want the %d events of the held batch applied twice and wrong balances", res.Report, len(res.Paused.Events))
+	}
+	if res.Err() == nil {
+		t.Errorf("Result.Err is nil for a run that applied events twice")
+	}
+}
+
+// unfencedCommit is Store.Commit without the fence: the same writes in a
+// plain transaction.
+func unfencedCommit(s *Store) func(context.Context, Batch) error {
+	return func(ctx context.Context, b Batch) error {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := s.apply(ctx, tx, b); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+}
+
+// testWriter sends the scenario's progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p[:len(p)-1]))
+	return len(p), nil
+}
+
+// A graceful Leave in the middle of consumption hands every partition off
+// after the batch in hand: no commit is rejected, and every event is
+// applied exactly once.
+func TestLeaveRejectsNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sc, err := Scenario{DB: openSQLite(t), Dialect: sqlfence.SQLite()}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := newStore(t, sc.DB, sc.Dialect)
+	network := faultnet.New()
+	var nodes []*Node
+	defer func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	}()
+	for _, name := range []string{"a", "b", "c"} {
+		n, err := sc.startNode(ctx, store, network, name, nodes, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	if err := converged(ctx, nodes); err != nil {
+		t.Fatal(err)
+	}
+	table := nodes[0].Coordinator().Table()
+	produce := func(from, to int) {
+		t.Helper()
+		var events []Event
+		for i := from; i < to; i++ {
+			key := fmt.Sprintf("k%d", i%37)
+			events = append(events, Event{Partition: uint32(table.PartitionString(key)), Key: key, Amount: int64(i)})
+		}
+		if _, err := store.Append(ctx, events...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(0, 400)
+	leaver := nodes[2]
+	err = poll(ctx, "the leaver to consume", func() (bool, error) { return leaver.Stats().Events > 0, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leaver.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nodes = nodes[:2]
+	produce(400, 800)
+	if err := converged(ctx, nodes); err != nil {
+		t.Fatal(err)
+	}
+	err = poll(ctx, "the log to be consumed", func() (bool, error) {
+		lag, err := store.Lag(ctx)
+		return lag == 0, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rejected int64
+	for _, n := range append(nodes, leaver) {
+		n.Close()
+		rejected += n.Stats().Rejected
+	}
+	nodes = nil
+	r, err := store.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Err() != nil || r.Events != 800 || rejected != 0 {
+		t.Errorf("report %+v (%v), %d commits rejected; want 800 events applied once and none rejected", r, r.Err(), rejected)
+	}
+}

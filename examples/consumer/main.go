@@ -1,0 +1,111 @@
+// Command consumer runs a sharded consumer of an append-only log inside one
+// process and checks that no event's effect is applied twice, even when a
+// partition moves in the middle of a batch. See package
+// github.com/tenure-go/tenure/examples/consumer/consumer for the code to
+// copy.
+//
+//	go run ./examples/consumer                 # SQLite in a temporary file, a few seconds
+//	go run ./examples/consumer -events 10000 -nodes 5
+//	go run ./examples/consumer -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//
+// It prints each step, then figures (consumer.events,
+// consumer.stale_commits_rejected, consumer.double_applied, ...), and
+// exits non-zero if an event was applied twice or missed, or the stale
+// batch's commit was not rejected.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
+	_ "modernc.org/sqlite"             // driver "sqlite"
+
+	"github.com/tenure-go/tenure/examples/consumer/consumer"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
+)
+
+func main() {
+	dsn := flag.String("dsn", "", `database: "" for SQLite in a temporary file, or a postgres:// URL (the example's tables, prefixed "consumer_", are dropped before and after)`)
+	events := flag.Int("events", 2000, "events to produce")
+	nodes := flag.Int("nodes", 3, "consumer nodes (at least 3)")
+	partitions := flag.Int("partitions", 16, "partitions of the log")
+	batch := flag.Int("batch", 32, "most events per batch")
+	timeout := flag.Duration("timeout", 2*time.Minute, "give up after this long")
+	flag.Parse()
+
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	res, err := run(ctx, *dsn, consumer.Scenario{
+		Events:     *events,
+		Nodes:      *nodes,
+		Partitions: *partitions,
+		BatchSize:  *batch,
+		Progress:   os.Stdout,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("\nreport: %d events, %d applications, %d stale commits rejected, %d applied twice, %d missed\n",
+		res.Events, res.Applications, res.Rejected, res.DoubleApplied, res.Missing)
+	res.WriteFigures(os.Stdout)
+	if err := res.Err(); err != nil {
+		fmt.Println("FAIL:", err)
+		os.Exit(1)
+	}
+}
+
+// run opens the database named by dsn and runs sc on it.
+func run(ctx context.Context, dsn string, sc consumer.Scenario) (consumer.Result, error) {
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		if dsn != "" {
+			return consumer.Result{}, fmt.Errorf("consumer: -dsn %q: want a postgres:// URL, or nothing for SQLite", dsn)
+		}
+		dir, err := os.MkdirTemp("", "tenure-consumer")
+		if err != nil {
+			return consumer.Result{}, err
+		}
+		defer os.RemoveAll(dir)
+		// WAL and a busy timeout: the nodes and the producer write
+		// concurrently, and SQLite has one writer at a time.
+		db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "consumer.db")+
+			"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+		if err != nil {
+			return consumer.Result{}, err
+		}
+		defer db.Close()
+		sc.DB, sc.Dialect = db, sqlfence.SQLite()
+		return sc.Run(ctx)
+	}
+
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return consumer.Result{}, err
+	}
+	defer db.Close()
+	sc.DB, sc.Dialect = db, sqlfence.Postgres()
+	// Start from empty tables, and leave none behind.
+	store, err := consumer.NewStore(db, sc.Dialect, consumer.DefaultPrefix)
+	if err != nil {
+		return consumer.Result{}, err
+	}
+	defer store.Close()
+	if err := store.DropSchema(ctx); err != nil {
+		return consumer.Result{}, err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := store.DropSchema(ctx); err != nil {
+			log.Printf("consumer: %v", err)
+		}
+	}()
+	return sc.Run(ctx)
+}
