@@ -1,0 +1,687 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ring"
+	"github.com/tenure-go/tenure/transport"
+)
+
+// The register service every node serves, hand-written (no protoc): one
+// unary method whose request and reply are JSON in a BytesValue.
+const methodDo = "/tenure.chaos.Register/Do"
+
+type request struct {
+	Write  bool   `json:"w"`
+	Value  string `json:"v"`
+	Client int    `json:"c"`
+}
+
+type reply struct {
+	Token    ownership.Token `json:"t"` // the token the node served the call with
+	OutToken ownership.Token `json:"ot"`
+	Value    string          `json:"v"`
+}
+
+type registerServer interface {
+	do(ctx context.Context, req request) (reply, error)
+}
+
+var registerDesc = grpc.ServiceDesc{
+	ServiceName: "tenure.chaos.Register",
+	HandlerType: (*registerServer)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Do",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.BytesValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := func(ctx context.Context, req any) (any, error) {
+				var r request
+				if err := json.Unmarshal(req.(*wrapperspb.BytesValue).Value, &r); err != nil {
+					return nil, status.Error(codes.InvalidArgument, err.Error())
+				}
+				out, err := srv.(registerServer).do(ctx, r)
+				if err != nil {
+					return nil, err
+				}
+				b, err := json.Marshal(out)
+				if err != nil {
+					return nil, status.Error(codes.Internal, err.Error())
+				}
+				return wrapperspb.Bytes(b), nil
+			}
+			if icpt == nil {
+				return h(ctx, in)
+			}
+			return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: methodDo}, h)
+		},
+	}},
+}
+
+// runConfig is one configuration of the suite.
+type runConfig struct {
+	name       string
+	nodes      int
+	partitions int
+	clients    int
+	events     int
+	fencing    bool   // false: the negative control
+	sql        bool   // SQLite resource and SQL authority (S4)
+	seed       uint64 // the schedule's seed
+}
+
+// gate is the in-process pause gate: a call that reaches it after its
+// token was attached, and before its write is sent, waits there while the
+// gate holds it (a process paused past its lease).
+type gate struct {
+	mu      sync.Mutex
+	budget  map[int64]int // partition (or -1: any) -> calls still to hold
+	release chan struct{}
+	waiting atomic.Int64
+	stop    <-chan struct{}
+}
+
+func newGate(stop <-chan struct{}) *gate {
+	return &gate{budget: map[int64]int{}, release: make(chan struct{}), stop: stop}
+}
+
+// hold makes the next n calls on partition p (-1: any partition) wait.
+func (g *gate) hold(p int64, n int) {
+	g.mu.Lock()
+	g.budget[p] += n
+	g.mu.Unlock()
+}
+
+// open lets every waiting call go and holds no more.
+func (g *gate) open() {
+	g.mu.Lock()
+	close(g.release)
+	g.release = make(chan struct{})
+	clear(g.budget)
+	g.mu.Unlock()
+}
+
+func (g *gate) pass(p uint32) {
+	g.mu.Lock()
+	var ch chan struct{}
+	for _, k := range []int64{int64(p), -1} {
+		if g.budget[k] > 0 {
+			g.budget[k]--
+			ch = g.release
+			break
+		}
+	}
+	g.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
+	select {
+	case <-ch:
+	case <-g.stop:
+	}
+}
+
+// node is one member: a coordinator, its clock, its gRPC server and its
+// gate.
+type node struct {
+	cl        *cluster
+	name      string
+	addr      string
+	c         *coordinator.Coordinator
+	clock     *SkewClock
+	srv       *grpc.Server
+	gate      *gate
+	ambiguous atomic.Bool
+	rng       *lockedRand
+	stopped   atomic.Bool
+}
+
+type lockedRand struct {
+	mu sync.Mutex
+	r  *rand.Rand
+}
+
+func (l *lockedRand) float() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Float64()
+}
+
+// cluster is one run: nodes, the fault network, the resource, the
+// workload and the records the checks read.
+type cluster struct {
+	t    *testing.T
+	cfg  runConfig
+	net  *faultnet.Network
+	hist *History
+	res  resource
+	auth *recAuthority // sql only
+	stop chan struct{} // closed at the end: gates let everything go
+	rng  *rand.Rand    // the schedule's; used by the test goroutine only
+
+	mu       sync.Mutex
+	nodes    map[string]*node
+	keys     map[uint32]string // a key routed to each partition
+	grants   map[ownership.Token]int
+	leases   map[ownership.Token]*ownership.Lease
+	staleAt  map[ownership.Token]int64
+	okTokens map[ownership.Token]int
+	viol     []string
+	ops      []clientOp
+
+	stale atomic.Int64
+}
+
+// clientOp is one call as the client saw it.
+type clientOp struct {
+	client int
+	key    string
+	write  bool
+	value  string
+	start  int64
+	end    int64
+	err    error
+	rep    reply
+}
+
+func newCluster(t *testing.T, cfg runConfig, res func(*cluster) resource) *cluster {
+	cl := &cluster{
+		t:        t,
+		cfg:      cfg,
+		net:      faultnet.New(faultnet.WithSeed(cfg.seed)),
+		hist:     NewHistory(nil),
+		stop:     make(chan struct{}),
+		rng:      rand.New(rand.NewPCG(cfg.seed, 0x7e4e)),
+		nodes:    map[string]*node{},
+		grants:   map[ownership.Token]int{},
+		leases:   map[ownership.Token]*ownership.Lease{},
+		staleAt:  map[ownership.Token]int64{},
+		okTokens: map[ownership.Token]int{},
+	}
+	cl.res = res(cl)
+	t.Cleanup(func() {
+		cl.openStop()
+		for _, n := range cl.all() {
+			n.crash()
+		}
+	})
+	return cl
+}
+
+func (cl *cluster) openStop() {
+	select {
+	case <-cl.stop:
+	default:
+		close(cl.stop)
+	}
+}
+
+func (cl *cluster) violation(format string, args ...any) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.viol = append(cl.viol, fmt.Sprintf(format, args...))
+}
+
+// onFence checks, at every fence that raised a mark, that the epoch moved
+// only with the owner: a node that fences its own partition again must
+// have lost its previous lease first.
+func (cl *cluster) onFence(old, new ownership.Token) {
+	if old.IsZero() || old.Node() != new.Node() {
+		return
+	}
+	cl.mu.Lock()
+	l := cl.leases[old]
+	cl.mu.Unlock()
+	if l != nil && l.Err() == nil {
+		cl.violation("epoch changed without an owner change: %v fenced while %v was live", new, old)
+	}
+}
+
+func (cl *cluster) all() []*node {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	out := make([]*node, 0, len(cl.nodes))
+	for _, n := range cl.nodes {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b *node) int { return cmpString(a.name, b.name) })
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// live returns the running nodes.
+func (cl *cluster) live() []*node {
+	var out []*node
+	for _, n := range cl.all() {
+		if !n.stopped.Load() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (cl *cluster) names() []string {
+	var out []string
+	for _, n := range cl.all() {
+		out = append(out, n.name)
+	}
+	return out
+}
+
+func (cl *cluster) node(name string) *node {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.nodes[name]
+}
+
+// start starts (or restarts) the node called name; addr "" picks a new
+// service port.
+func (cl *cluster) start(ctx context.Context, name, addr string) *node {
+	t := cl.t
+	t.Helper()
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	n := &node{
+		cl:    cl,
+		name:  name,
+		addr:  lis.Addr().String(),
+		clock: NewSkewClock(),
+		gate:  newGate(cl.stop),
+		rng:   &lockedRand{r: rand.New(rand.NewPCG(cl.rng.Uint64(), 1))},
+	}
+	cfg := coordinator.LocalConfig()
+	cfg.Name = name
+	cfg.Ring = ring.Config{Partitions: cl.cfg.partitions, VirtualNodes: ring.DefaultConfig().VirtualNodes, Load: ring.DefaultConfig().Load}
+	cfg.Rand = rand.New(rand.NewPCG(cl.rng.Uint64(), uint64(time.Now().UnixNano())))
+	cfg.Clock = n.clock
+	cfg.ServiceAddr = n.addr
+	cfg.Fence = cl.res
+	if cl.auth != nil {
+		cfg.Authority = cl.auth
+	}
+	cfg.Handler = coordinator.HandlerFuncs{AcquireFunc: cl.acquired}
+	for _, o := range cl.live() {
+		if o.name != name {
+			cfg.Seeds = append(cfg.Seeds, o.c.GossipAddr())
+		}
+	}
+	tr, err := cl.net.Transport(name, faultnet.TransportConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml := *cfg.Memberlist
+	ml.Transport = tr
+	cfg.Memberlist = &ml
+	c, err := coordinator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.c = c
+	if err := c.Start(ctx); err != nil {
+		_ = lis.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	g, err := transport.NewGuard(transport.GuardConfig{Leases: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.srv = grpc.NewServer(g.ServerOptions()...)
+	n.srv.RegisterService(&registerDesc, n)
+	go func() { _ = n.srv.Serve(lis) }()
+	cl.mu.Lock()
+	cl.nodes[name] = n
+	cl.mu.Unlock()
+	return n
+}
+
+// acquired is every node's Handler.Acquire: it records the grant (S3) and
+// the lease (to tell later whether it was still live).
+func (cl *cluster) acquired(_ context.Context, l *ownership.Lease) error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	t := l.Token()
+	t.MAC = [ownership.MACSize]byte{}
+	cl.grants[t]++
+	cl.leases[t] = l
+	return nil
+}
+
+// crash stops the node without a goodbye. Calls held at its gate go on
+// (a write already on the wire when the process died).
+func (n *node) crash() {
+	if n.stopped.Swap(true) {
+		return
+	}
+	n.gate.open()
+	n.srv.Stop()
+	_ = n.c.Close()
+}
+
+// do is the register service's handler: it takes the lease's token, passes
+// the pause gate, and calls the resource with its own deadline (the
+// resource does not know the owner's lease).
+func (n *node) do(ctx context.Context, req request) (reply, error) {
+	cl := n.cl
+	lease, ok := transport.LeaseFrom(ctx)
+	if !ok {
+		return reply{}, status.Error(codes.Internal, "no lease")
+	}
+	t := lease.Token()
+	kind := Read
+	if req.Write {
+		kind = Write
+	}
+	rec := Record{Client: req.Client + 1, Node: n.name, Kind: kind, Token: t, Value: req.Value, Start: Now()}
+	cl.checkServing(n.name, t, rec.Start)
+	n.gate.pass(t.Partition)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var out reply
+	var err error
+	out.Token = t
+	if req.Write {
+		err = cl.res.write(rctx, t, req.Value)
+		out.Value = req.Value
+	} else {
+		out.OutToken, out.Value, err = cl.res.read(rctx, t)
+	}
+	rec.End, rec.Out = Now(), classify(err)
+	rec.OutToken, rec.OutValue = out.OutToken, out.Value
+	if !req.Write && rec.Out != OK {
+		rec.OutToken, rec.OutValue = ownership.Token{}, ""
+	}
+	if rec.Out == OK && n.ambiguous.Load() && n.rng.float() < 0.3 {
+		// Applied, but the answer is lost: the caller can't know.
+		rec.Out = Unknown
+		cl.hist.Add(rec)
+		return reply{}, status.Error(codes.Unavailable, "chaos: answer lost")
+	}
+	cl.hist.Add(rec)
+	switch rec.Out {
+	case OK:
+		cl.mu.Lock()
+		cl.okTokens[t]++
+		cl.mu.Unlock()
+		return out, nil
+	case Stale:
+		cl.stale.Add(1)
+		cl.mu.Lock()
+		if _, ok := cl.staleAt[t]; !ok {
+			cl.staleAt[t] = rec.End
+		}
+		cl.mu.Unlock()
+		return reply{}, err // the guard reports it (ReportStale) and answers "handoff"
+	case Unknown:
+		return reply{}, status.Error(codes.Unavailable, "chaos: "+err.Error())
+	}
+	return reply{}, err
+}
+
+// servingBound is how long a node may go on serving a token after the
+// resource rejected it as stale (ReportStale ends the lease at once; this
+// allows for a loaded machine).
+const servingBound = 3 * time.Second
+
+// checkServing flags a node that still serves under a token the resource
+// rejected long ago: a fenced node must stop serving.
+func (cl *cluster) checkServing(name string, t ownership.Token, now int64) {
+	cl.mu.Lock()
+	at, ok := cl.staleAt[t]
+	cl.mu.Unlock()
+	if ok && time.Duration(now-at) > servingBound {
+		cl.violation("fenced node %s still serving %v %v after its first stale rejection", name, t, time.Duration(now-at))
+	}
+}
+
+// owners is the clients' view of the cluster: each call asks a running
+// node chosen at random, as a client of a real service asks whichever
+// node it is connected to.
+type owners struct {
+	cl  *cluster
+	rng *lockedRand
+}
+
+func (o owners) pick() *coordinator.Coordinator {
+	o.cl.mu.Lock()
+	defer o.cl.mu.Unlock()
+	var cs []*coordinator.Coordinator
+	for _, n := range o.cl.nodes {
+		if !n.stopped.Load() {
+			cs = append(cs, n.c)
+		}
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	slices.SortFunc(cs, func(a, b *coordinator.Coordinator) int { return cmpString(a.Self().Name, b.Self().Name) })
+	return cs[int(o.rng.float()*float64(len(cs)))%len(cs)]
+}
+
+func (o owners) Owner(key []byte) (coordinator.OwnerInfo, error) {
+	c := o.pick()
+	if c == nil {
+		return coordinator.OwnerInfo{}, coordinator.ErrNoOwner
+	}
+	return c.Owner(key)
+}
+
+func (o owners) Members() []coordinator.Member {
+	if c := o.pick(); c != nil {
+		return c.Members()
+	}
+	return nil
+}
+
+func (cl *cluster) router(seed uint64) *transport.Router {
+	r, err := transport.NewRouter(transport.RouterConfig{
+		Owners:      owners{cl: cl, rng: &lockedRand{r: rand.New(rand.NewPCG(seed, 2))}},
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		MaxAttempts: 60,
+	})
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	cl.t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// call makes one routed call and records it.
+func (cl *cluster) call(ctx context.Context, r *transport.Router, client int, key string, write bool, value string) clientOp {
+	op := clientOp{client: client, key: key, write: write, value: value, start: Now()}
+	b, _ := json.Marshal(request{Write: write, Value: value, Client: client})
+	cctx, cancel := context.WithTimeout(transport.WithKey(ctx, []byte(key)), 15*time.Second)
+	defer cancel()
+	out := new(wrapperspb.BytesValue)
+	op.err = r.Invoke(cctx, methodDo, wrapperspb.Bytes(b), out)
+	if op.err == nil {
+		op.err = json.Unmarshal(out.Value, &op.rep)
+	}
+	op.end = Now()
+	cl.mu.Lock()
+	cl.ops = append(cl.ops, op)
+	cl.mu.Unlock()
+	return op
+}
+
+// workload runs clients until ctx ends: each calls every few milliseconds
+// (a paced loop), three writes of a unique value for one read, on keys
+// spread over every partition.
+func (cl *cluster) workload(ctx context.Context) (wait func()) {
+	keys := cl.keyList()
+	var wg sync.WaitGroup
+	for i := range cl.cfg.clients {
+		r := cl.router(cl.cfg.seed + uint64(i))
+		rng := rand.New(rand.NewPCG(cl.cfg.seed, uint64(i)+100))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(8 * time.Millisecond)
+			defer tick.Stop()
+			for seq := 0; ; seq++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				key := keys[rng.IntN(len(keys))]
+				write := rng.IntN(4) != 0
+				cl.call(ctx, r, i, key, write, fmt.Sprintf("c%d-%d", i, seq))
+			}
+		}()
+	}
+	return wg.Wait
+}
+
+// findKeys finds a key for every partition.
+func (cl *cluster) findKeys() {
+	t := cl.live()[0].c.Table()
+	keys := map[uint32]string{}
+	for i := 0; len(keys) < cl.cfg.partitions && i < 100000; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		p, _ := t.LookupString(k)
+		if _, ok := keys[uint32(p)]; !ok {
+			keys[uint32(p)] = k
+		}
+	}
+	if len(keys) < cl.cfg.partitions {
+		cl.t.Fatalf("found keys for %d partitions only", len(keys))
+	}
+	cl.keys = keys
+}
+
+func (cl *cluster) keyList() []string {
+	out := make([]string, 0, len(cl.keys))
+	for p := range uint32(cl.cfg.partitions) {
+		out = append(out, cl.keys[p])
+	}
+	return out
+}
+
+// settled reports nil when every running node sees all the others, they
+// agree on the table, and each partition has exactly one live lease, held
+// by its ring owner, whose token is the resource's mark.
+func (cl *cluster) settled(ctx context.Context) error {
+	live := cl.live()
+	var fp uint64
+	var table *ring.Table
+	for i, n := range live {
+		t := n.c.Table()
+		if t == nil || t.Len() != len(live) {
+			return fmt.Errorf("%s sees %d members, want %d", n.name, t.Len(), len(live))
+		}
+		if i == 0 {
+			fp, table = t.Fingerprint(), t
+		} else if t.Fingerprint() != fp {
+			return fmt.Errorf("%s has another table", n.name)
+		}
+	}
+	for p := range cl.cfg.partitions {
+		owner := table.Owner(p)
+		var holders []string
+		var tok ownership.Token
+		for _, n := range live {
+			if l, err := n.c.LeaseOfPartition(uint32(p)); err == nil {
+				holders = append(holders, n.name)
+				tok = l.Token()
+			}
+		}
+		if len(holders) != 1 || holders[0] != owner {
+			return fmt.Errorf("partition %d: lease holders %v, ring owner %s", p, holders, owner)
+		}
+		mark, err := cl.res.mark(ctx, uint32(p))
+		if err != nil {
+			return err
+		}
+		if mark.Compare(tok) != 0 {
+			return fmt.Errorf("partition %d: mark %v, lease %v", p, mark, tok)
+		}
+	}
+	return nil
+}
+
+// waitSettled polls settled until it holds or bound passes.
+func (cl *cluster) waitSettled(ctx context.Context, bound time.Duration) (time.Duration, error) {
+	start := time.Now()
+	deadline := time.NewTimer(bound)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := cl.settled(ctx)
+		if err == nil {
+			return time.Since(start), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), fmt.Errorf("%w: %v", ctx.Err(), err)
+		case <-deadline.C:
+			return time.Since(start), fmt.Errorf("not settled within %v: %v", bound, err)
+		case <-tick.C:
+		}
+	}
+}
+
+// waitFor polls cond every 5 ms until it holds, ctx ends or bound passes.
+func waitFor(ctx context.Context, bound time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(bound)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
+}
+
+// hold keeps a fault in place for d (a timed fault, not a wait for a
+// condition).
+func hold(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

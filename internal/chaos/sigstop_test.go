@@ -1,0 +1,421 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ring"
+)
+
+// The child process: TestMain runs childMain instead of the tests when
+// childEnv is set. It is a cluster node like the example node: a
+// coordinator whose partitions are fenced in the shared SQLite file by the
+// SQL fence and authority, writing to every partition it owns, and
+// printing every operation and claim as a JSON line on stdout.
+const (
+	childEnv      = "TENURE_CHAOS_CHILD"
+	childDBEnv    = "TENURE_CHAOS_DB"
+	childSeedEnv  = "TENURE_CHAOS_SEEDS"
+	childNameEnv  = "TENURE_CHAOS_NAME"
+	sigPartitions = 16
+)
+
+// childLine is one line of the child's stdout.
+type childLine struct {
+	Ready string    `json:"ready,omitempty"`
+	Rec   *Record   `json:"rec,omitempty"`
+	Claim *claimRec `json:"claim,omitempty"`
+}
+
+func childMain() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	enc := json.NewEncoder(os.Stdout)
+	emit := func(l childLine) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(l)
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "chaos child:", err)
+		return 1
+	}
+	db, err := openSQL(os.Getenv(childDBEnv))
+	if err != nil {
+		return fail(err)
+	}
+	defer db.Close()
+	h := NewHistory(func(r Record) { emit(childLine{Rec: &r}) })
+	res, err := newSQLResource(ctx, db, false, h, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer res.close()
+	auth := &recAuthority{a: res.f.Authority(), sink: func(c claimRec) { emit(childLine{Claim: &c}) }}
+	name := os.Getenv(childNameEnv)
+	c, err := coordinator.New(sigConfig(name, res, auth, []string{os.Getenv(childSeedEnv)}, nil))
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Close()
+	if err := c.Start(ctx); err != nil {
+		return fail(err)
+	}
+	emit(childLine{Ready: c.GossipAddr()})
+	// Run until the parent closes stdin (or the deadline).
+	wctx, stop := context.WithCancel(ctx)
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	var stale atomic.Int64
+	writeLoop(wctx, c, res, h, name, 1, &stale)
+	return 0
+}
+
+// sigConfig is the configuration of every node of the SIGSTOP cluster.
+func sigConfig(name string, res *sqlResource, auth *recAuthority, seeds []string, rng *rand.Rand) coordinator.Config {
+	cfg := coordinator.LocalConfig()
+	cfg.Name = name
+	cfg.Ring = ring.Config{Partitions: sigPartitions, VirtualNodes: ring.DefaultConfig().VirtualNodes, Load: ring.DefaultConfig().Load}
+	cfg.Rand = rng
+	cfg.Fence = res
+	cfg.Authority = auth
+	cfg.Handler = coordinator.HandlerFuncs{}
+	cfg.Seeds = seeds
+	return cfg
+}
+
+// writeLoop writes to every partition the node holds a lease on, every
+// few milliseconds, through the public API (Lease, the token, the fence),
+// one read for three writes, until ctx ends. A stale rejection is
+// reported to the coordinator, which ends the lease.
+func writeLoop(ctx context.Context, c *coordinator.Coordinator, res *sqlResource, h *History, name string, client int, stale *atomic.Int64) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for seq := 0; ; seq++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for p := range uint32(sigPartitions) {
+			l, err := c.LeaseOfPartition(p)
+			if err != nil {
+				continue
+			}
+			t := l.Token()
+			rctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			rec := Record{Client: client, Node: name, Kind: Write, Token: t, Start: Now()}
+			if (seq+int(p))%4 == 0 {
+				rec.Kind = Read
+				rec.OutToken, rec.OutValue, err = res.read(rctx, t)
+			} else {
+				rec.Value = fmt.Sprintf("%s-%d-%d", name, seq, p)
+				err = res.write(rctx, t, rec.Value)
+			}
+			cancel()
+			rec.End, rec.Out = Now(), classify(err)
+			if rec.Kind == Read && rec.Out != OK {
+				rec.OutToken, rec.OutValue = ownership.Token{}, ""
+			}
+			h.Add(rec)
+			if rec.Out == Stale {
+				stale.Add(1)
+				c.ReportStale(err)
+			}
+		}
+	}
+}
+
+// lockedBuffer collects a child's stderr.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// runSIGSTOP runs a 3-node cluster, two nodes in this process and one in a
+// child process, on one SQLite file; stops the child with SIGSTOP past its
+// lease until the others have fenced all its partitions, resumes it with
+// SIGCONT, and checks that its late writes were rejected and the history
+// is a fenced register.
+func runSIGSTOP(t *testing.T, seed uint64) result {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	rng := rand.New(rand.NewPCG(seed, 0x5165))
+	path := filepath.Join(t.TempDir(), "chaos.db")
+	db, err := openSQL(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	hist := NewHistory(nil)
+	res, err := newSQLResource(ctx, db, true, hist, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(res.close)
+	auth := &recAuthority{a: res.f.Authority()}
+	var nodes []*coordinator.Coordinator
+	for i := range 2 {
+		var seeds []string
+		if i > 0 {
+			seeds = []string{nodes[0].GossipAddr()}
+		}
+		cfg := sigConfig(fmt.Sprintf("n%d", i), res, auth, seeds, rand.New(rand.NewPCG(rng.Uint64(), uint64(time.Now().UnixNano()))))
+		c, err := coordinator.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, c)
+	}
+
+	// The child.
+	const child = "n2"
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", childDBEnv+"="+path, childSeedEnv+"="+nodes[0].GossipAddr(), childNameEnv+"="+child)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	var (
+		mu        sync.Mutex
+		childRecs []Record
+		childCl   []claimRec
+	)
+	ready := make(chan string, 1)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<16), 1<<20)
+		for sc.Scan() {
+			var l childLine
+			if json.Unmarshal(sc.Bytes(), &l) != nil {
+				continue
+			}
+			mu.Lock()
+			switch {
+			case l.Ready != "":
+				ready <- l.Ready
+			case l.Rec != nil:
+				childRecs = append(childRecs, *l.Rec)
+			case l.Claim != nil:
+				childCl = append(childCl, *l.Claim)
+			}
+			mu.Unlock()
+		}
+	}()
+	var waitOnce sync.Once
+	var waitErr error
+	reap := func() error {
+		waitOnce.Do(func() {
+			<-readDone // Wait closes stdout: read everything first
+			waitErr = cmd.Wait()
+		})
+		return waitErr
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pid, syscall.SIGKILL) // the whole process group, stopped or not
+		_ = reap()
+	})
+	childStats := func(out Outcome) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, r := range childRecs {
+			if r.Out == out {
+				n++
+			}
+		}
+		return n
+	}
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		t.Fatalf("the child never became ready; stderr:\n%s", stderr.String())
+	}
+
+	// The workload of the in-process nodes.
+	var stale atomic.Int64
+	wctx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i, c := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			writeLoop(wctx, c, res, hist, c.Self().Name, i+2, &stale)
+		}()
+	}
+	defer func() { stopLoad(); wg.Wait() }()
+
+	if !waitFor(ctx, 30*time.Second, func() bool { return childStats(OK) >= 20 }) {
+		t.Fatalf("the child made no writes; stderr:\n%s", stderr.String())
+	}
+	var owned []uint32
+	for p := range uint32(sigPartitions) {
+		if m, err := res.mark(ctx, p); err == nil && m.Owner == child {
+			owned = append(owned, p)
+		}
+	}
+	if len(owned) == 0 {
+		t.Fatal("the child owns no partition")
+	}
+	// Stop it past its lease: until every partition it held is fenced by
+	// another node.
+	stopChild(ctx, t, pid, path)
+	stopped := time.Now()
+	taken := waitFor(ctx, 30*time.Second, func() bool {
+		for _, p := range owned {
+			if m, err := res.mark(ctx, p); err != nil || m.Owner == child {
+				return false
+			}
+		}
+		return true
+	})
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if !taken {
+		t.Fatalf("the others did not take over the child's partitions %v within 30 s", owned)
+	}
+	t.Logf("sigstop: child %s (pid %d) stopped %v, its %d partitions fenced by others, continued",
+		child, pid, time.Since(stopped).Round(time.Millisecond), len(owned))
+	// Its late writes meet the fence.
+	if !waitFor(ctx, 20*time.Second, func() bool { return childStats(Stale) > 0 }) {
+		t.Errorf("the child's late writes were never rejected (it made %d writes)", childStats(OK))
+	}
+	for _, c := range nodes {
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		err := c.WaitConverged(wctx)
+		wcancel()
+		if err != nil {
+			t.Errorf("%s: %v", c.Self().Name, err)
+		}
+	}
+	stopLoad()
+	wg.Wait()
+	_ = stdin.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- reap() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("child: %v; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-exited
+		t.Error("the child did not exit within 15 s of its stdin closing")
+	}
+
+	mu.Lock()
+	recs := append(hist.Records(), childRecs...)
+	claims := append(auth.claims(), childCl...)
+	mu.Unlock()
+	r := result{name: "sigstop", events: 1, operations: len(recs), calls: len(recs), stale: stale.Load() + int64(childStats(Stale))}
+	chk, err := Check(recs, 30*time.Second, os.TempDir())
+	if err != nil {
+		r.violations = append(r.violations, fmt.Sprintf("check: %v", err))
+	}
+	for _, p := range chk.Illegal {
+		r.violations = append(r.violations, fmt.Sprintf("linearizability: partition %d is not a fenced register (porcupine)", p))
+	}
+	for _, p := range chk.Undecided {
+		r.violations = append(r.violations, fmt.Sprintf("linearizability: porcupine timed out on partition %d", p))
+	}
+	if chk.Visualization != "" {
+		t.Logf("porcupine visualization: %s", chk.Visualization)
+	}
+	s1, err := res.s1(ctx)
+	if err != nil {
+		r.violations = append(r.violations, fmt.Sprintf("S1 check: %v", err))
+	}
+	r.violations = append(r.violations, s1...)
+	r.violations = append(r.violations, checkS2(recs)...)
+	r.violations = append(r.violations, checkS4(claims)...)
+	return r
+}
+
+// stopChild stops the child with SIGSTOP at a moment it holds no SQLite
+// write lock: a process stopped inside a write transaction would stop
+// every writer of the file, the new owners' fences included, until it
+// runs again. A probe takes the write lock with a short busy timeout; if
+// it can't, the child is continued for a moment and stopped again.
+func stopChild(ctx context.Context, t *testing.T, pid int, path string) {
+	t.Helper()
+	probe, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(300)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	free := func() bool {
+		conn, err := probe.Conn(ctx)
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			return false
+		}
+		_, err = conn.ExecContext(ctx, "ROLLBACK")
+		return err == nil
+	}
+	for range 50 {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		if free() {
+			return
+		}
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		hold(ctx, 10*time.Millisecond)
+	}
+	t.Fatal("the child held the SQLite write lock at every one of 50 stops")
+}
