@@ -186,6 +186,11 @@ func (l *loop) refreshMembers() {
 		c.view.Store(&view{table: old, members: members})
 		return
 	}
+	if len(names) == 0 {
+		// This node has left and sees no one (not even itself): the last
+		// table stays, as nothing is placed on it any more.
+		return
+	}
 	t, err := ring.New(names, c.cfg.Ring)
 	if err != nil {
 		c.log.Error("ring rebuild failed; keeping the previous table", "members", len(names), "err", err)
