@@ -5,31 +5,16 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
 	"go.uber.org/goleak"
-	_ "modernc.org/sqlite"
 
+	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-const defaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
-// postgresDSN is where the PostgreSQL tests connect: TENURE_POSTGRES_DSN, or
-// the local test server. where names it for messages without printing a
-// password.
-func postgresDSN() (dsn, where string) {
-	if dsn := os.Getenv("TENURE_POSTGRES_DSN"); dsn != "" {
-		return dsn, "TENURE_POSTGRES_DSN"
-	}
-	return defaultPostgresDSN, defaultPostgresDSN + " (set TENURE_POSTGRES_DSN to use another server)"
-}
 
 // backend is one database engine the suite runs against.
 type backend struct {
@@ -48,35 +33,23 @@ func backends() []backend {
 	}
 }
 
-// openSQLite opens a new SQLite file in the test's temporary directory.
+// openSQLite opens a new SQLite file with synchronous(FULL), so that
+// TestFigures weighs the fence against commits that wait for the disk.
 func openSQLite(t testing.TB) *sql.DB {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "fence.db")
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
-	if err != nil {
-		t.Fatalf("open sqlite: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(16)
-	db.SetMaxIdleConns(16)
-	return db
+	return withPool(testdb.SQLiteDurable(t, "fence.db"))
 }
 
-// openPostgres connects to the PostgreSQL server named by
-// TENURE_POSTGRES_DSN and fails the test if it can't.
+// openPostgres connects to the PostgreSQL test server's shared default
+// schema, not one of the test's own: a test may open it again and must
+// see the same tables, which uniqueName keeps apart from other tests'.
 func openPostgres(t testing.TB) *sql.DB {
 	t.Helper()
-	dsn, where := postgresDSN()
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatalf("open PostgreSQL at %s: %v", where, err)
-	}
-	t.Cleanup(func() { db.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatalf("PostgreSQL at %s is unreachable; the tests need a server: %v", where, err)
-	}
+	return withPool(testdb.PostgresPublic(t))
+}
+
+// withPool keeps up to 16 connections open and idle.
+func withPool(db *sql.DB) *sql.DB {
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16)
 	return db

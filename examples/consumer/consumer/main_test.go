@@ -5,54 +5,28 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
 	"go.uber.org/goleak"
-	_ "modernc.org/sqlite"
 
+	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const defaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
 // openSQLite opens a new SQLite file in the test's temporary directory.
 func openSQLite(t *testing.T) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "consumer.db")+
-		"?_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
-	if err != nil {
-		t.Fatalf("open sqlite: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return testdb.SQLite(t, "consumer.db")
 }
 
-// openPostgres connects to TENURE_POSTGRES_DSN (default: the local test
-// server) and fails the test if it can't.
+// openPostgres connects to a schema of the test's own on the PostgreSQL
+// test server, and fails the test if it can't.
 func openPostgres(t *testing.T) *sql.DB {
 	t.Helper()
-	dsn := os.Getenv("TENURE_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = defaultPostgresDSN
-	}
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatalf("open PostgreSQL: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatalf("PostgreSQL is unreachable (set TENURE_POSTGRES_DSN); the test needs a server: %v", err)
-	}
-	db.SetMaxOpenConns(16)
-	return db
+	return testdb.Postgres(t)
 }
 
 // uniquePrefix returns a table prefix no other test uses; the tables are

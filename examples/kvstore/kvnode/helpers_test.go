@@ -2,14 +2,9 @@ package kvnode_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
-	"net/url"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +15,7 @@ import (
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
+	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -64,53 +60,13 @@ func sqliteDatabase(t *testing.T) database {
 	return database{path: filepath.Join(t.TempDir(), "kv.db")}
 }
 
-// postgresDatabase creates a schema for the test in the PostgreSQL server
-// at TENURE_POSTGRES_DSN (default: the local test server), dropped when the
-// test ends, and returns a DSN whose search_path is that schema, so the
-// test's tables collide with no other test's. It fails the test if the
-// server can't be reached.
+// postgresDatabase is a schema of the test's own on the PostgreSQL test
+// server, dropped when the test ends; the nodes reach it through a DSN
+// whose search_path is that schema. It fails the test if the server can't
+// be reached.
 func postgresDatabase(t *testing.T) database {
 	t.Helper()
-	dsn := os.Getenv("TENURE_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatalf("PostgreSQL (TENURE_POSTGRES_DSN): %v", err)
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "kvnode_test_" + hex.EncodeToString(b[:])
-	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("PostgreSQL (TENURE_POSTGRES_DSN) is needed and failed: %v", err)
-	}
-	t.Cleanup(func() {
-		db, err := sql.Open("pgx", dsn)
-		if err != nil {
-			return
-		}
-		defer db.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	if strings.Contains(dsn, "://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		return database{dsn: u.String()}
-	}
-	return database{dsn: dsn + " search_path=" + schema}
+	return database{dsn: testdb.PostgresSchemaDSN(t)}
 }
 
 // startCluster starts the nodes of cfgs, each joining the first, closes
