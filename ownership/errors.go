@@ -37,12 +37,16 @@ var (
 // reached it: the next claim goes above it. errors.Is(err, ErrConflict)
 // holds.
 type ConflictError struct {
-	Seen    Token // what the claimant passed as seen
-	Current Token // the mark found instead (zero if unknown)
+	Partition uint32
+	Seen      Token // what the claimant passed as seen
+	Current   Token // the mark found instead (zero if unknown)
 }
 
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("tenure: claim of p%d above epoch %d lost: mark is %v", e.Current.Partition, e.Seen.Epoch, e.Current)
+	if e.Current.IsZero() {
+		return fmt.Sprintf("tenure: claim of p%d above epoch %d lost", e.Partition, e.Seen.Epoch)
+	}
+	return fmt.Sprintf("tenure: claim of p%d above epoch %d lost: mark is %v", e.Partition, e.Seen.Epoch, e.Current)
 }
 
 // Is makes errors.Is(err, ErrConflict) true.

@@ -217,7 +217,7 @@ func scriptErr(p uint32, args map[string]string) error {
 			if err != nil {
 				return err
 			}
-			return &ConflictError{Current: cur}
+			return &ConflictError{Partition: p, Current: cur}
 		}
 		return fmt.Errorf("script: %w", ErrConflict)
 	default:

@@ -77,5 +77,5 @@ func (a *Authority) Claim(ctx context.Context, p uint32, n ownership.Node, seen 
 	if err != nil {
 		return ownership.Token{}, fmt.Errorf("sqlfence: claim of p%d above epoch %d: %w; %w", p, seen.Epoch, ownership.ErrConflict, err)
 	}
-	return ownership.Token{}, &ConflictError{Seen: seen, Current: cur}
+	return ownership.Token{}, &ConflictError{Partition: p, Seen: seen, Current: cur}
 }
