@@ -34,10 +34,11 @@
 //
 //	tenure_partitions  the fence: each partition's highest token
 //	kv                 key TEXT PRIMARY KEY, value, partition, epoch
-//	kv_log             id, partition, epoch, owner, incarnation, key, value: every write applied
+//	kv_log             every write applied: id, its token, key, value, and the
+//	                   partition's mark as its transaction saw it
 //
 // VerifyLog checks from kv_log that no write under a stale token was ever
-// applied.
+// applied: each record's mark must be its own token.
 //
 // # Flags of Main (and of the kvstore command)
 //

@@ -59,10 +59,11 @@ type Node struct {
 	once    sync.Once
 }
 
-// gate is one partition's drain: writes hold it shared while open.
+// gate is one partition's drain: writes hold it shared, under the token of
+// the lease that opened it (zero: closed).
 type gate struct {
-	mu   sync.RWMutex
-	open bool
+	mu    sync.RWMutex
+	token ownership.Token
 }
 
 type counters struct {
@@ -213,11 +214,12 @@ func (n *Node) serve(fn func() error) {
 
 // acquire is called when this node is granted a partition, after the
 // coordinator fenced the database with the lease's token: from now on no
-// write under an older token can commit. It opens the partition's gate.
+// write under an older token can commit. It opens the partition's gate
+// to writes under this lease.
 func (n *Node) acquire(_ context.Context, l *ownership.Lease) error {
 	g := &n.gates[l.Partition()]
 	g.mu.Lock()
-	g.open = true
+	g.token = l.Token()
 	g.mu.Unlock()
 	return nil
 }
@@ -229,7 +231,9 @@ func (n *Node) acquire(_ context.Context, l *ownership.Lease) error {
 func (n *Node) release(_ context.Context, l *ownership.Lease) error {
 	g := &n.gates[l.Partition()]
 	g.mu.Lock()
-	g.open = false
+	if g.token.Same(l.Token()) { // a late release must not close a newer lease's gate
+		g.token = ownership.Token{}
+	}
 	g.mu.Unlock()
 	return nil
 }

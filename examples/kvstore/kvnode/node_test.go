@@ -137,13 +137,24 @@ func TestStaleWriteRejected(t *testing.T) {
 		t.Errorf("VerifyLog = %d rows, %d violations, %v; want 5 rows, 0 violations", rows, violations, err)
 	}
 
-	// Negative control: a record under an older token after a newer one.
-	if _, err := sqldb.ExecContext(ctx, `INSERT INTO kv_log (partition, epoch, owner, incarnation, key, value)
-		VALUES ($1, 0, 'ghost', '0000000000000001', 'k0', x'00')`, int64(old.Partition)); err != nil {
+	// Negative control: the write a broken fence would let through, under
+	// the old token after the newer fence, with no newer write after it
+	// (no later token in the log gives it away, only the mark does).
+	if _, err := sqldb.ExecContext(ctx, `INSERT INTO kv_log (partition, epoch, owner, incarnation, key, value, mark_epoch, mark_owner, mark_incarnation)
+		SELECT partition_id, $2, $3, $4, 'k0', x'00', epoch, owner, incarnation FROM tenure_partitions WHERE partition_id = $1`,
+		int64(old.Partition), int64(old.Epoch), old.Owner, fmt.Sprintf("%016x", old.Incarnation)); err != nil {
 		t.Fatal(err)
 	}
 	if rows, violations, err = kvnode.VerifyLog(ctx, sqldb); err != nil || rows != 6 || violations != 1 {
-		t.Errorf("VerifyLog with a stale record = %d rows, %d violations, %v; want 6, 1", rows, violations, err)
+		t.Errorf("VerifyLog with a write past the fence = %d rows, %d violations, %v; want 6, 1", rows, violations, err)
+	}
+	// And a record under a token lower than one applied before it.
+	if _, err := sqldb.ExecContext(ctx, `INSERT INTO kv_log (partition, epoch, owner, incarnation, key, value, mark_epoch, mark_owner, mark_incarnation)
+		VALUES ($1, 0, 'ghost', '0000000000000001', 'k0', x'00', 0, 'ghost', '0000000000000001')`, int64(old.Partition)); err != nil {
+		t.Fatal(err)
+	}
+	if rows, violations, err = kvnode.VerifyLog(ctx, sqldb); err != nil || rows != 7 || violations != 2 {
+		t.Errorf("VerifyLog with a lower token = %d rows, %d violations, %v; want 7, 2", rows, violations, err)
 	}
 }
 

@@ -101,7 +101,7 @@ func (n *Node) put(ctx context.Context, lease *ownership.Lease, key string, valu
 	g := &n.gates[lease.Partition()]
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	if !g.open {
+	if !g.token.Same(lease.Token()) {
 		// Not acquired yet, or being released: the router retries.
 		return fmt.Errorf("kvnode: partition %d is not open here: %w", lease.Partition(), ownership.ErrLeaseEnded)
 	}

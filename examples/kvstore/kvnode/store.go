@@ -74,7 +74,10 @@ func schema(d sqlfence.Dialect) []string {
 	owner TEXT NOT NULL,
 	incarnation TEXT NOT NULL,
 	key TEXT NOT NULL,
-	value ` + blob + ` NOT NULL
+	value ` + blob + ` NOT NULL,
+	mark_epoch BIGINT,
+	mark_owner TEXT,
+	mark_incarnation TEXT
 )`,
 	}
 }
@@ -110,7 +113,14 @@ func createSchema(ctx context.Context, db *sql.DB, d sqlfence.Dialect, f *sqlfen
 const (
 	upsertKV = `INSERT INTO kv (key, value, partition, epoch) VALUES ($1, $2, $3, $4)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value, partition = excluded.partition, epoch = excluded.epoch`
-	appendLog = `INSERT INTO kv_log (partition, epoch, owner, incarnation, key, value) VALUES ($1, $2, $3, $4, $5, $6)`
+	// The log record also keeps the partition's mark as this transaction
+	// sees it, read from the fence table: the fence's own state, for
+	// VerifyLog to check against the record's token.
+	appendLog = `INSERT INTO kv_log (partition, epoch, owner, incarnation, key, value, mark_epoch, mark_owner, mark_incarnation)
+VALUES ($1, $2, $3, $4, $5, $6,
+	(SELECT epoch FROM ` + sqlfence.DefaultTable + ` WHERE partition_id = $1),
+	(SELECT owner FROM ` + sqlfence.DefaultTable + ` WHERE partition_id = $1),
+	(SELECT incarnation FROM ` + sqlfence.DefaultTable + ` WHERE partition_id = $1))`
 	selectKV  = `SELECT value FROM kv WHERE key = $1`
 )
 
@@ -130,11 +140,17 @@ func put(ctx context.Context, tx *sql.Tx, t ownership.Token, key string, value [
 	return nil
 }
 
-// VerifyLog checks the write log (table kv_log) of a kvstore database: in
-// every partition, the tokens of the applied writes, taken in commit
-// order, never decrease (ownership.Token.Compare: epoch first). A write that
-// got past the fence under a token older than one already applied is a
-// violation, so zero violations means no stale write was accepted (S1).
+// VerifyLog checks the write log (table kv_log) of a kvstore database. A
+// record is a violation if
+//
+//   - the partition's mark, read from the fence table in the write's own
+//     transaction, is not the write's token: the write committed while the
+//     database held another owner's token, so the fence let a stale (or
+//     unfenced) write through, even if no newer write followed it; or
+//   - its token is lower than one applied before it in the partition
+//     (ownership.Token.Compare, epoch first), in commit order.
+//
+// So zero violations means no stale write was accepted (S1, S2).
 //
 // Commit order within a partition is id order: a write's fenced transaction
 // locks its partition's fence row before it inserts its log record and
@@ -144,7 +160,9 @@ func put(ctx context.Context, tx *sql.Tx, t ownership.Token, key string, value [
 //
 // rows is the number of log records read.
 func VerifyLog(ctx context.Context, db *sql.DB) (rows, violations int, err error) {
-	rs, err := db.QueryContext(ctx, `SELECT partition, epoch, owner, incarnation FROM kv_log ORDER BY partition, id`)
+	rs, err := db.QueryContext(ctx, `SELECT partition, epoch, owner, incarnation,
+	COALESCE(mark_epoch, 0), COALESCE(mark_owner, ''), COALESCE(mark_incarnation, '')
+FROM kv_log ORDER BY partition, id`)
 	if err != nil {
 		return 0, 0, fmt.Errorf("kvnode: read kv_log: %w", err)
 	}
@@ -152,9 +170,9 @@ func VerifyLog(ctx context.Context, db *sql.DB) (rows, violations int, err error
 	var last ownership.Token // the highest token applied so far in its partition
 	for rs.Next() {
 		rows++
-		var p, epoch int64
-		var owner, inc string
-		if err := rs.Scan(&p, &epoch, &owner, &inc); err != nil {
+		var p, epoch, markEpoch int64
+		var owner, inc, markOwner, markInc string
+		if err := rs.Scan(&p, &epoch, &owner, &inc, &markEpoch, &markOwner, &markInc); err != nil {
 			return rows, violations, fmt.Errorf("kvnode: read kv_log: %w", err)
 		}
 		incarnation, err := strconv.ParseUint(inc, 16, 64)
@@ -162,7 +180,8 @@ func VerifyLog(ctx context.Context, db *sql.DB) (rows, violations int, err error
 			return rows, violations, fmt.Errorf("kvnode: kv_log row %d: malformed token (p%d, epoch %d, incarnation %q)", rows, p, epoch, inc)
 		}
 		t := ownership.Token{Partition: uint32(p), Epoch: uint64(epoch), Owner: owner, Incarnation: incarnation}
-		if rows > 1 && t.Partition == last.Partition && t.Less(last) {
+		if epoch != markEpoch || owner != markOwner || inc != markInc ||
+			rows > 1 && t.Partition == last.Partition && t.Less(last) {
 			violations++
 			continue
 		}
