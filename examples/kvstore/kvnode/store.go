@@ -121,7 +121,7 @@ VALUES ($1, $2, $3, $4, $5, $6,
 	(SELECT epoch FROM ` + sqlfence.DefaultTable + ` WHERE partition_id = $1),
 	(SELECT owner FROM ` + sqlfence.DefaultTable + ` WHERE partition_id = $1),
 	(SELECT incarnation FROM ` + sqlfence.DefaultTable + ` WHERE partition_id = $1))`
-	selectKV  = `SELECT value FROM kv WHERE key = $1`
+	selectKV = `SELECT value FROM kv WHERE key = $1`
 )
 
 // put writes key = value and its log record in tx, the fenced transaction
