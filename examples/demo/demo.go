@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -16,6 +17,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
@@ -41,7 +45,7 @@ type demo struct {
 	gone  []*proc          // nodes that exited, for their last counters
 	phase string
 
-	ops, acked, failed, staleSeen atomic.Int64
+	ops, acked, failed, staleSeen, reads, staleReads atomic.Int64
 }
 
 // writer is one client: it alone writes its keys, each with increasing
@@ -90,9 +94,12 @@ func run(ctx context.Context, cfg config) (bool, error) {
 
 	// The workload.
 	wctx, stopWriters := context.WithCancel(ctx)
-	defer stopWriters()
 	writers := make([]*writer, cfg.writers)
 	var wg sync.WaitGroup
+	defer func() {
+		stopWriters()
+		wg.Wait()
+	}()
 	for i := range writers {
 		w := &writer{id: i, next: make([]uint64, cfg.keys), acked: make([]uint64, cfg.keys)}
 		writers[i] = w
@@ -102,7 +109,6 @@ func run(ctx context.Context, cfg config) (bool, error) {
 			d.write(wctx, w, rand.New(rand.NewPCG(uint64(i), 42)))
 		}()
 	}
-	defer wg.Wait()
 	stopProgress := d.progress(start)
 	defer stopProgress()
 
@@ -112,11 +118,8 @@ func run(ctx context.Context, cfg config) (bool, error) {
 
 	victim := d.get("node-3")
 	d.setPhase("pause node-3 (SIGSTOP)")
-	if err := victim.signal(syscall.SIGSTOP); err != nil {
-		return false, err
-	}
-	d.wait(ctx, cfg.pause)
-	if err := victim.signal(syscall.SIGCONT); err != nil {
+	takeover, err := d.pause(ctx, victim)
+	if err != nil {
 		return false, err
 	}
 	d.setPhase("node-3 resumed (SIGCONT)")
@@ -192,16 +195,17 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	var staleRejected int64
+	var staleRejected uint64
 	for _, p := range append(d.list(), d.goneList()...) {
 		p.scrape()
 		staleRejected += p.last.StaleRejected
 	}
 
-	fmt.Printf("\nreport: %d operations, %d acknowledged writes, %d failed or timed out (the client retries with a new value)\n",
-		d.ops.Load(), d.acked.Load(), d.failed.Load())
+	fmt.Printf("\nreport: %d operations: %d acknowledged writes, %d failed or timed out (the client retries with a new value), %d reads (%d stale)\n",
+		d.ops.Load(), d.acked.Load(), d.failed.Load(), d.reads.Load(), d.staleReads.Load())
 	fmt.Printf("        %d stale writes rejected by the fence (%d of them answered to a client as stale)\n", staleRejected, d.staleSeen.Load())
 	fmt.Printf("        %d keys read back: %d acknowledged writes lost; write log of %d rows: %d stale writes accepted\n", reads, lost, rows, staleAccepted)
+	fmt.Printf("        node-3's partitions taken over %.2fs into its pause\n", takeover.Seconds())
 	fmt.Printf("        settled after: pause %.2fs, crash %.2fs, restart %.2fs, cut (majority side) %.2fs, heal %.2fs, leave %.2fs\n",
 		resumed.Seconds(), failover.Seconds(), rejoin.Seconds(), cutFailover.Seconds(), healed.Seconds(), handoff.Seconds())
 	fmt.Printf("figure: demo.operations %d\n", d.ops.Load())
@@ -209,28 +213,48 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	fmt.Printf("figure: demo.stale_rejected %d\n", staleRejected)
 	fmt.Printf("figure: demo.lost_writes %d\n", lost)
 	fmt.Printf("figure: demo.stale_accepted %d\n", staleAccepted)
+	fmt.Printf("figure: demo.stale_reads %d\n", d.staleReads.Load())
+	fmt.Printf("figure: demo.pause_takeover_seconds %.3f\n", takeover.Seconds())
 	fmt.Printf("figure: demo.failover_seconds %.3f\n", failover.Seconds())
 	fmt.Printf("figure: demo.pause_recovery_seconds %.3f\n", resumed.Seconds())
 	fmt.Printf("figure: demo.cut_failover_seconds %.3f\n", cutFailover.Seconds())
 	fmt.Printf("figure: demo.heal_seconds %.3f\n", healed.Seconds())
 	fmt.Printf("figure: demo.handoff_seconds %.3f\n", handoff.Seconds())
 	fmt.Printf("figure: demo.total_seconds %.1f\n", time.Since(start).Seconds())
-	return lost == 0 && staleAccepted == 0 && d.acked.Load() > 0, nil
+	return lost == 0 && staleAccepted == 0 && d.staleReads.Load() == 0 && d.acked.Load() > 0, nil
 }
 
 // write runs one writer until ctx ends: a Put of the next value of a random
-// key of its own, through a random node (which routes it to the owner).
+// key of its own, through a random node (which routes it to the owner), and
+// now and then a Get of a key it has written, which must return at least
+// the last value acknowledged before the Get began.
+//
+// Most writers give a call one second and then avoid that node for two,
+// as a client with a health check would: a paused node costs them little.
+// Writers 0 and 1 wait longer than a pause and avoid nothing, so a call a
+// paused owner had taken is still wanted when it resumes: its write then
+// meets the fence.
 func (d *demo) write(ctx context.Context, w *writer, r *rand.Rand) {
+	timeout, patient := time.Second, w.id < 2
+	if patient {
+		timeout = d.cfg.timeout
+	}
+	avoid := map[string]time.Time{} // node -> until when
 	for ctx.Err() == nil {
-		nodes := d.list()
+		nodes := slices.DeleteFunc(d.list(), func(p *proc) bool { return time.Now().Before(avoid[p.name]) })
 		if len(nodes) == 0 {
-			return
+			d.wait(ctx, 10*time.Millisecond)
+			continue
 		}
 		p := nodes[r.IntN(len(nodes))]
 		i := r.IntN(d.cfg.keys)
+		if w.acked[i] > 0 && r.IntN(4) == 0 {
+			d.readOnce(ctx, w, p, i, timeout)
+			continue
+		}
 		w.next[i]++
 		v := w.next[i]
-		cctx, cancel := context.WithTimeout(ctx, d.cfg.timeout)
+		cctx, cancel := context.WithTimeout(ctx, timeout)
 		_, err := p.kv.Put(cctx, &kvpb.PutRequest{Key: d.key(w.id, i), Value: []byte(strconv.FormatUint(v, 10))})
 		cancel()
 		d.ops.Add(1)
@@ -243,7 +267,31 @@ func (d *demo) write(ctx context.Context, w *writer, r *rand.Rand) {
 		if _, ok := transport.StaleFromStatus(err); ok {
 			d.staleSeen.Add(1)
 		}
+		if !patient && status.Code(err) == codes.DeadlineExceeded {
+			avoid[p.name] = time.Now().Add(2 * time.Second)
+		}
 		d.wait(ctx, 5*time.Millisecond) // no owner ready, or the node is gone: back off
+	}
+}
+
+// readOnce reads key i of w and checks it against what w knows.
+func (d *demo) readOnce(ctx context.Context, w *writer, p *proc, i int, timeout time.Duration) {
+	floor, ceiling := w.acked[i], w.next[i]
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	resp, err := p.kv.Get(cctx, &kvpb.GetRequest{Key: d.key(w.id, i)})
+	cancel()
+	d.ops.Add(1)
+	if err != nil {
+		d.failed.Add(1)
+		d.wait(ctx, 5*time.Millisecond)
+		return
+	}
+	d.reads.Add(1)
+	got, perr := strconv.ParseUint(string(resp.GetValue()), 10, 64)
+	if !resp.GetFound() || perr != nil || got < floor || got > ceiling {
+		d.staleReads.Add(1)
+		fmt.Printf("\nSTALE READ: %s returned %q (found %v), acknowledged %d, last sent %d\n",
+			d.key(w.id, i), resp.GetValue(), resp.GetFound(), floor, ceiling)
 	}
 }
 
@@ -513,4 +561,99 @@ func (d *demo) progress(start time.Time) (stop func()) {
 			<-finished
 		})
 	}
+}
+
+// pause stops victim with SIGSTOP and keeps it stopped for at least
+// -pause and until every other node sees its partitions held by others,
+// then resumes it with SIGCONT. It returns how long the takeover took.
+func (d *demo) pause(ctx context.Context, victim *proc) (time.Duration, error) {
+	if err := d.stop(ctx, victim); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	resumed := false
+	resume := func() error {
+		if resumed {
+			return nil
+		}
+		resumed = true
+		return victim.signal(syscall.SIGCONT)
+	}
+	defer resume()
+	var others []*proc
+	for _, p := range d.list() {
+		if p != victim {
+			others = append(others, p)
+		}
+	}
+	takeover := time.Duration(-1)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if takeover < 0 && allHold(others, victim.name) {
+			takeover = time.Since(start)
+		}
+		if takeover >= 0 && time.Since(start) >= d.cfg.pause {
+			return takeover, resume()
+		}
+		if time.Since(start) > d.cfg.pause+time.Minute {
+			return 0, fmt.Errorf("the other nodes did not take over %s's partitions within %v of its pause", victim.name, d.cfg.pause+time.Minute)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// allHold reports whether every node of ps sees no partition held by name.
+func allHold(ps []*proc, name string) bool {
+	for _, p := range ps {
+		if p.held(name) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// stop sends SIGSTOP to p. With SQLite it makes sure p was not stopped
+// inside a write transaction, which would hold the file's write lock and
+// so stop every node's writes (and the new owners' fences) with it: a
+// probe takes the lock with a short timeout, and if it can't, p runs on
+// for a moment and is stopped again.
+func (d *demo) stop(ctx context.Context, p *proc) error {
+	if d.cfg.dsn != "" {
+		return p.signal(syscall.SIGSTOP)
+	}
+	probe, err := sql.Open("sqlite", "file:"+d.sqlitePath()+"?_pragma=busy_timeout(300)")
+	if err != nil {
+		return err
+	}
+	defer probe.Close()
+	free := func() bool {
+		conn, err := probe.Conn(ctx)
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			return false
+		}
+		_, err = conn.ExecContext(ctx, "ROLLBACK")
+		return err == nil
+	}
+	for range 50 {
+		if err := p.signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		if free() {
+			return nil
+		}
+		if err := p.signal(syscall.SIGCONT); err != nil {
+			return err
+		}
+		d.wait(ctx, 10*time.Millisecond)
+	}
+	return fmt.Errorf("%s held the SQLite write lock at each of 50 stops", p.name)
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
 )
 
@@ -34,24 +35,7 @@ type proc struct {
 	conn                     *grpc.ClientConn
 	kv                       kvpb.KVClient
 
-	last stats // the node's counters at the last scrape
-}
-
-// ready is the line a kvstore node prints on stdout once it serves.
-type ready struct {
-	Event  string `json:"event"`
-	Name   string `json:"name"`
-	Gossip string `json:"gossip"`
-	GRPC   string `json:"grpc"`
-	Status string `json:"status"`
-}
-
-// stats are a node's counters, from its /kv/stats page.
-type stats struct {
-	PutsApplied   int64 `json:"puts_applied"`
-	Gets          int64 `json:"gets"`
-	StaleRejected int64 `json:"stale_rejected"`
-	Forwarded     int64 `json:"forwarded"`
+	last kvnode.Stats // the node's counters (/kv/stats) at the last scrape
 }
 
 // spawn starts the demo's own executable as a kvstore node (see main) and
@@ -95,7 +79,7 @@ func spawn(ctx context.Context, self, name, logPath string, args []string) (*pro
 	case <-time.After(20 * time.Second):
 	case <-ctx.Done():
 	}
-	var r ready
+	var r kvnode.Ready
 	if line == "" || json.Unmarshal([]byte(line), &r) != nil || r.Event != "ready" {
 		p.kill()
 		return nil, fmt.Errorf("node %s did not start (log: %s)", name, logPath)
@@ -159,7 +143,7 @@ func (p *proc) getJSON(path string, v any) error {
 // scrape refreshes p.last from the node's counters; a node that does not
 // answer (paused, gone) keeps its last figures.
 func (p *proc) scrape() {
-	var s stats
+	var s kvnode.Stats
 	if p.getJSON("/kv/stats", &s) == nil {
 		p.last = s
 	}
@@ -185,6 +169,25 @@ type view struct {
 	Members   []struct {
 		Name string
 	} `json:"members"`
+	Partitions []struct {
+		Holder string `json:"holder"`
+	} `json:"partitions"`
+}
+
+// held returns how many partitions the node sees held by name (-1 if it
+// does not answer).
+func (p *proc) held(name string) int {
+	var v view
+	if p.getJSON("/?format=json", &v) != nil {
+		return -1
+	}
+	n := 0
+	for _, part := range v.Partitions {
+		if part.Holder == name {
+			n++
+		}
+	}
+	return n
 }
 
 // settled reports whether the node sees exactly the given members and
