@@ -56,6 +56,17 @@
 // Different partitions proceed in parallel on PostgreSQL; SQLite has one
 // writer for the whole database.
 //
+// So a holder paused (SIGSTOP, a long GC, a frozen VM) or cut off from the
+// database inside Do keeps its lock: the partition's row on PostgreSQL,
+// the whole database's write lock on SQLite. The new owner's Fence or
+// claim waits for it, and safety holds (the paused transaction fails its
+// check or is rolled back), but failover waits too. On PostgreSQL bound
+// the wait with the session setting idle_in_transaction_session_timeout
+// (examples/kvstore sets 2 s): the server ends a session left idle inside
+// a transaction and releases its locks. SQLite has no such bound: a
+// process stopped inside a write transaction stalls every writer of the
+// file until it runs again or dies.
+//
 // # Epochs
 //
 // Fence.Authority mints epochs with a conditional update of the same table

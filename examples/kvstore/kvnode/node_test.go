@@ -331,3 +331,26 @@ func TestMainRejectsBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// OpenDB bounds how long a paused node's open transaction can hold its
+// fence row on PostgreSQL, unless the DSN chooses.
+func TestOpenDBIdleInTransactionTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn := postgresDatabase(t).dsn
+	for _, c := range []struct{ dsn, want string }{
+		{dsn, "2s"},
+		{dsn + "&idle_in_transaction_session_timeout=7000", "7s"},
+	} {
+		db, err := kvnode.OpenDB("", c.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = db.QueryRowContext(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&got)
+		db.Close()
+		if err != nil || got != c.want {
+			t.Errorf("idle_in_transaction_session_timeout = %q, %v; want %q", got, err, c.want)
+		}
+	}
+}

@@ -11,12 +11,21 @@ import (
 
 	// The two database drivers this program supports. tenure itself
 	// imports none: the program chooses.
-	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
+
+// idleInTransaction is PostgreSQL's idle_in_transaction_session_timeout
+// for the nodes' sessions, unless the DSN sets it. A node paused (or cut
+// off from the database) inside a fenced transaction holds its partition's
+// fence row locked; the new owner's claim waits on that lock until the
+// server ends the idle session. The nodes' transactions never idle for
+// more than milliseconds.
+const idleInTransaction = 2 * time.Second
 
 // sqliteBusyTimeout is how long a SQLite statement waits for another
 // connection's (or process's) write lock before failing with SQLITE_BUSY.
@@ -33,11 +42,14 @@ func OpenDB(dataPath, dsn string) (*sql.DB, error) {
 
 func openDB(dataPath, dsn string) (*sql.DB, sqlfence.Dialect, error) {
 	if dsn != "" {
-		db, err := sql.Open("pgx", dsn)
+		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
-			return nil, sqlfence.Dialect{}, fmt.Errorf("kvnode: open PostgreSQL: %w", err)
+			return nil, sqlfence.Dialect{}, fmt.Errorf("kvnode: PostgreSQL DSN: %w", err)
 		}
-		return db, sqlfence.Postgres(), nil
+		if _, ok := cfg.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+			cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idleInTransaction.Milliseconds(), 10)
+		}
+		return stdlib.OpenDB(*cfg), sqlfence.Postgres(), nil
 	}
 	if dataPath == "" || strings.ContainsAny(dataPath, "?#") {
 		return nil, sqlfence.Dialect{}, fmt.Errorf("kvnode: SQLite path %q: want a file name without '?' or '#'", dataPath)
