@@ -39,6 +39,7 @@ type demo struct {
 	self  string // this executable, started as each node
 	dir   string
 	runID string // prefixes this run's keys, so a reused database is fine
+	t0    time.Time
 
 	mu    sync.Mutex
 	live  map[string]*proc // running nodes, paused ones included
@@ -54,9 +55,23 @@ type demo struct {
 type writer struct {
 	id          int
 	next, acked []uint64 // by key index: last value sent, last value acknowledged
+	history     []op     // every call, for the linearizability check
 }
 
 func (d *demo) key(w, i int) string { return fmt.Sprintf("%s/w%d/k%d", d.runID, w, i) }
+
+// now is the time since the run began, for the history.
+func (d *demo) now() int64 { return int64(time.Since(d.t0)) }
+
+// record adds a call to w's history: a Put (acknowledged or not) or a Get
+// that returned.
+func (d *demo) record(w *writer, i int, put bool, value uint64, start int64, acked bool) {
+	end := d.now()
+	if !acked {
+		end = unknownEnd
+	}
+	w.history = append(w.history, op{key: w.id*d.cfg.keys + i, put: put, value: value, start: start, end: end})
+}
 
 func run(ctx context.Context, cfg config) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
@@ -65,7 +80,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	d := &demo{cfg: cfg, self: self, dir: cfg.dir, live: map[string]*proc{}, runID: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	d := &demo{cfg: cfg, self: self, dir: cfg.dir, live: map[string]*proc{}, runID: strconv.FormatInt(time.Now().UnixNano(), 36), t0: time.Now()}
 	if d.dir == "" {
 		if d.dir, err = os.MkdirTemp("", "tenure-demo-"); err != nil {
 			return false, err
@@ -195,6 +210,15 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	var history []op
+	for _, w := range writers {
+		history = append(history, w.history...)
+	}
+	visual := filepath.Join(os.TempDir(), "tenure-demo-"+d.runID+"-linearizability.html")
+	linearizable, err := checkHistory(history, visual)
+	if err != nil {
+		return false, err
+	}
 	var staleRejected uint64
 	for _, p := range append(d.list(), d.goneList()...) {
 		p.scrape()
@@ -205,6 +229,11 @@ func run(ctx context.Context, cfg config) (bool, error) {
 		d.ops.Load(), d.acked.Load(), d.failed.Load(), d.reads.Load(), d.staleReads.Load())
 	fmt.Printf("        %d stale writes rejected by the fence (%d of them answered to a client as stale)\n", staleRejected, d.staleSeen.Load())
 	fmt.Printf("        %d keys read back: %d acknowledged writes lost; write log of %d rows: %d stale writes accepted\n", reads, lost, rows, staleAccepted)
+	if linearizable {
+		fmt.Printf("        history of %d calls: linearizable, key by key (porcupine)\n", len(history))
+	} else {
+		fmt.Printf("        history of %d calls: NOT linearizable; porcupine's visualization: %s\n", len(history), visual)
+	}
 	fmt.Printf("        node-3's partitions taken over %.2fs into its pause\n", takeover.Seconds())
 	fmt.Printf("        settled after: pause %.2fs, crash %.2fs, restart %.2fs, cut (majority side) %.2fs, heal %.2fs, leave %.2fs\n",
 		resumed.Seconds(), failover.Seconds(), rejoin.Seconds(), cutFailover.Seconds(), healed.Seconds(), handoff.Seconds())
@@ -214,6 +243,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	fmt.Printf("figure: demo.lost_writes %d\n", lost)
 	fmt.Printf("figure: demo.stale_accepted %d\n", staleAccepted)
 	fmt.Printf("figure: demo.stale_reads %d\n", d.staleReads.Load())
+	fmt.Printf("figure: demo.linearizable %v\n", linearizable)
 	fmt.Printf("figure: demo.pause_takeover_seconds %.3f\n", takeover.Seconds())
 	fmt.Printf("figure: demo.failover_seconds %.3f\n", failover.Seconds())
 	fmt.Printf("figure: demo.pause_recovery_seconds %.3f\n", resumed.Seconds())
@@ -221,7 +251,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	fmt.Printf("figure: demo.heal_seconds %.3f\n", healed.Seconds())
 	fmt.Printf("figure: demo.handoff_seconds %.3f\n", handoff.Seconds())
 	fmt.Printf("figure: demo.total_seconds %.1f\n", time.Since(start).Seconds())
-	return lost == 0 && staleAccepted == 0 && d.staleReads.Load() == 0 && d.acked.Load() > 0, nil
+	return linearizable && lost == 0 && staleAccepted == 0 && d.staleReads.Load() == 0 && d.acked.Load() > 0, nil
 }
 
 // write runs one writer until ctx ends: a Put of the next value of a random
@@ -254,10 +284,12 @@ func (d *demo) write(ctx context.Context, w *writer, r *rand.Rand) {
 		}
 		w.next[i]++
 		v := w.next[i]
+		start := d.now()
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		_, err := p.kv.Put(cctx, &kvpb.PutRequest{Key: d.key(w.id, i), Value: []byte(strconv.FormatUint(v, 10))})
 		cancel()
 		d.ops.Add(1)
+		d.record(w, i, true, v, start, err == nil)
 		if err == nil {
 			w.acked[i] = v
 			d.acked.Add(1)
@@ -277,6 +309,7 @@ func (d *demo) write(ctx context.Context, w *writer, r *rand.Rand) {
 // readOnce reads key i of w and checks it against what w knows.
 func (d *demo) readOnce(ctx context.Context, w *writer, p *proc, i int, timeout time.Duration) {
 	floor, ceiling := w.acked[i], w.next[i]
+	start := d.now()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	resp, err := p.kv.Get(cctx, &kvpb.GetRequest{Key: d.key(w.id, i)})
 	cancel()
@@ -288,6 +321,7 @@ func (d *demo) readOnce(ctx context.Context, w *writer, p *proc, i int, timeout 
 	}
 	d.reads.Add(1)
 	got, perr := strconv.ParseUint(string(resp.GetValue()), 10, 64)
+	d.record(w, i, false, got, start, true)
 	if !resp.GetFound() || perr != nil || got < floor || got > ceiling {
 		d.staleReads.Add(1)
 		fmt.Printf("\nSTALE READ: %s returned %q (found %v), acknowledged %d, last sent %d\n",
@@ -304,10 +338,12 @@ func (d *demo) readBack(ctx context.Context, writers []*writer) (lost, reads int
 			if w.next[i] == 0 {
 				continue
 			}
+			start := d.now()
 			got, err := d.read(ctx, nodes[(w.id+i)%len(nodes)], d.key(w.id, i))
 			if err != nil {
 				return lost, reads, err
 			}
+			d.record(w, i, false, got, start, true)
 			reads++
 			if got < acked || got > w.next[i] {
 				lost++
@@ -337,9 +373,9 @@ func (d *demo) read(ctx context.Context, p *proc, key string) (uint64, error) {
 	return 0, fmt.Errorf("read %s: %w", key, last)
 }
 
-// verifyLog checks the nodes' write log: in every partition, the epochs of
-// applied writes never go down. A stale write that got past the fence would
-// show as a lower epoch after a higher one.
+// verifyLog checks the nodes' write log (kvnode.VerifyLog): every write
+// committed under the token that was its partition's mark, and tokens
+// never went down in commit order.
 func (d *demo) verifyLog(ctx context.Context) (rows, violations int, err error) {
 	db, err := kvnode.OpenDB(d.sqlitePath(), d.cfg.dsn)
 	if err != nil {
