@@ -1,8 +1,9 @@
 // Command consumer runs a sharded consumer of an append-only log inside one
 // process and checks that no event's effect is applied twice, even when a
-// partition moves in the middle of a batch. See package
-// github.com/tenure-go/tenure/examples/consumer/consumer for the code to
-// copy.
+// partition moves in the middle of a batch. The code to copy is package
+// github.com/tenure-go/tenure/examples/consumer/consumer; this command is
+// the demonstration around it (scenario.go: a fault-injecting network, a
+// batch held before its commit while its partition moves, the figures).
 //
 //	go run ./examples/consumer                 # SQLite in a temporary file, a few seconds
 //	go run ./examples/consumer -events 10000 -nodes 5
@@ -43,7 +44,7 @@ func main() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	res, err := run(ctx, *dsn, consumer.Scenario{
+	res, err := run(ctx, *dsn, Scenario{
 		Events:     *events,
 		Nodes:      *nodes,
 		Partitions: *partitions,
@@ -63,14 +64,14 @@ func main() {
 }
 
 // run opens the database named by dsn and runs sc on it.
-func run(ctx context.Context, dsn string, sc consumer.Scenario) (consumer.Result, error) {
+func run(ctx context.Context, dsn string, sc Scenario) (Result, error) {
 	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
 		if dsn != "" {
-			return consumer.Result{}, fmt.Errorf("consumer: -dsn %q: want a postgres:// URL, or nothing for SQLite", dsn)
+			return Result{}, fmt.Errorf("consumer: -dsn %q: want a postgres:// URL, or nothing for SQLite", dsn)
 		}
 		dir, err := os.MkdirTemp("", "tenure-consumer")
 		if err != nil {
-			return consumer.Result{}, err
+			return Result{}, err
 		}
 		defer os.RemoveAll(dir)
 		// WAL and a busy timeout: the nodes and the producer write
@@ -78,7 +79,7 @@ func run(ctx context.Context, dsn string, sc consumer.Scenario) (consumer.Result
 		db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "consumer.db")+
 			"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
 		if err != nil {
-			return consumer.Result{}, err
+			return Result{}, err
 		}
 		defer db.Close()
 		sc.DB, sc.Dialect = db, sqlfence.SQLite()
@@ -87,18 +88,18 @@ func run(ctx context.Context, dsn string, sc consumer.Scenario) (consumer.Result
 
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
-		return consumer.Result{}, err
+		return Result{}, err
 	}
 	defer db.Close()
 	sc.DB, sc.Dialect = db, sqlfence.Postgres()
 	// Start from empty tables, and leave none behind.
 	store, err := consumer.NewStore(db, sc.Dialect, consumer.DefaultPrefix)
 	if err != nil {
-		return consumer.Result{}, err
+		return Result{}, err
 	}
 	defer store.Close()
 	if err := store.DropSchema(ctx); err != nil {
-		return consumer.Result{}, err
+		return Result{}, err
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

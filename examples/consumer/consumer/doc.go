@@ -35,8 +35,11 @@
 //     (NewNode sets coordinator.Config.Fence to the store's fence).
 //
 // Store holds the SQL (SQLite or PostgreSQL; the program imports the
-// driver), Node the consuming, Verify the check that every event was
-// applied exactly once, and Scenario the self-checking run of
-// `go run ./examples/consumer`, in which ownership moves in the middle of
-// a batch and the stale commit must be rejected.
+// driver), Node the consuming, and Verify the check that every event was
+// applied exactly once. Options.BeforeCommit and Options.AfterCommit let a
+// program act on each batch around its commit (an external effect before,
+// metrics after) without touching the fenced path. The command
+// `go run ./examples/consumer` runs this package in a self-checking
+// scenario, in which ownership moves in the middle of a batch and the
+// stale commit must be rejected.
 package consumer

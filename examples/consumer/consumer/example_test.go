@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	_ "modernc.org/sqlite"
 
@@ -133,4 +134,30 @@ func ExampleNewNode() {
 	defer node.Leave(ctx) // hands each partition off after its batch in hand
 
 	// ... run until told to stop; watch node.Stats() and store.Lag(ctx).
+}
+
+// Hooks around each commit, outside the fenced path: an external effect
+// the commit waits for, and metrics of every commit's outcome. A batch
+// BeforeCommit fails is dropped and read again from the committed offset,
+// so the effect must be idempotent.
+func ExampleOptions() {
+	var sent, committed, rejected atomic.Int64
+	opts := consumer.Options{
+		BatchSize: 100,
+		BeforeCommit: func(ctx context.Context, b consumer.Batch) error {
+			// e.g. notify another service, keyed by partition, epoch and
+			// offset so that a batch sent twice is applied once there.
+			sent.Add(int64(len(b.Events)))
+			return nil
+		},
+		AfterCommit: func(b consumer.Batch, err error) {
+			switch {
+			case err == nil:
+				committed.Add(int64(len(b.Events)))
+			case errors.Is(err, ownership.ErrStaleToken):
+				rejected.Add(1)
+			}
+		},
+	}
+	_ = opts // consumer.NewNode(store, cfg, opts)
 }

@@ -25,9 +25,23 @@ type Options struct {
 	// Logger receives the node's logs. Default: discard.
 	Logger *slog.Logger
 
-	// commit replaces Store.Commit (the scenario pauses a batch there, and
-	// the tests' negative control commits without the fence).
-	commit func(ctx context.Context, b Batch) error
+	// BeforeCommit, if set, is called with each batch after it is read and
+	// before it is committed, on the partition's goroutine, with the
+	// commit's context (which ends at Close, not when the lease ends: the
+	// fence, not the context, rejects a batch that outlived its lease).
+	// Returning an error drops the batch: nothing is committed, and the
+	// events are read again from the committed offset after PollInterval.
+	// Use it for work the commit must wait for, such as an effect outside
+	// the database sent with an idempotency key (see the package doc). It
+	// may block; a graceful handoff waits for it.
+	BeforeCommit func(ctx context.Context, b Batch) error
+	// AfterCommit, if set, is called with each batch the node committed or
+	// tried to, and Store.Commit's result: nil, an error wrapping
+	// ownership.ErrStaleToken (the batch was rejected and the node stops
+	// consuming the partition), or another error (the outcome is unknown;
+	// the next batch is read from the committed offset). Use it for
+	// metrics and tracing; it must not block.
+	AfterCommit func(b Batch, err error)
 }
 
 // Stats counts a node's commits.
@@ -84,9 +98,6 @@ func NewNode(store *Store, cfg coordinator.Config, opts Options) (*Node, error) 
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if opts.commit == nil {
-		opts.commit = store.Commit
 	}
 	n := &Node{store: store, opts: opts, log: opts.Logger.With("node", cfg.Name), workers: map[*ownership.Lease]*worker{}}
 	cfg.Handler = coordinator.HandlerFuncs{AcquireFunc: n.acquire, ReleaseFunc: n.release}
@@ -201,7 +212,17 @@ func (n *Node) consume(lease *ownership.Lease, w *worker) {
 		// (a GC pause, a stopped process, a slow network): checking
 		// lease.Err() before committing would narrow that window, never
 		// close it. The fence closes it.
-		err = n.opts.commit(n.ctx, b)
+		if n.opts.BeforeCommit != nil {
+			if err := n.opts.BeforeCommit(n.ctx, b); err != nil {
+				log.Info("batch dropped before its commit", "from", b.From, "events", len(b.Events), "err", err)
+				n.pause(lease, w)
+				continue
+			}
+		}
+		err = n.store.Commit(n.ctx, b)
+		if n.opts.AfterCommit != nil {
+			n.opts.AfterCommit(b, err)
+		}
 		switch {
 		case err == nil:
 			n.batches.Add(1)

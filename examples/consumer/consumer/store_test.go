@@ -127,3 +127,19 @@ func TestNewStorePrefix(t *testing.T) {
 		}
 	}
 }
+
+// unfencedCommit is Store.Commit without the fence: the same writes in a
+// plain transaction.
+func unfencedCommit(s *Store) func(context.Context, Batch) error {
+	return func(ctx context.Context, b Batch) error {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := s.apply(ctx, tx, b); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+}

@@ -1,4 +1,4 @@
-package consumer
+package main
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/examples/consumer/consumer"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
@@ -58,17 +59,16 @@ func TestFigures(t *testing.T) {
 // The same scenario on PostgreSQL, where different partitions commit in
 // parallel.
 func TestScenarioPostgres(t *testing.T) {
-	db := openPostgres(t)
-	res := runScenario(t, Scenario{DB: db, Dialect: sqlfence.Postgres(), Prefix: uniquePrefix(t, db, sqlfence.Postgres()), Events: 900, Seed: 7})
+	res := runScenario(t, Scenario{DB: openPostgres(t), Dialect: sqlfence.Postgres(), Events: 900, Seed: 7})
 	checkExactlyOnce(t, res, 900)
 }
 
-// The negative control: the same scenario with commits that skip the
-// fence. The held batch's late commit goes through, applies its events a
-// second time and moves the offset back, and the checks must say so.
+// The negative control: the same scenario, but the held batch is
+// committed without the fence. Its late commit goes through, applies its
+// events a second time and moves the offset back, and the checks must say
+// so.
 func TestUnfencedCommitsAreCaught(t *testing.T) {
-	sc := Scenario{DB: openSQLite(t), Dialect: sqlfence.SQLite(), Events: 600, commit: unfencedCommit}
-	res := runScenario(t, sc)
+	res := runScenario(t, Scenario{DB: openSQLite(t), Dialect: sqlfence.SQLite(), Events: 600, Unfenced: true})
 	if res.PausedErr != nil {
 		t.Fatalf("the unfenced held commit returned %v; want it to go through", res.PausedErr)
 	}
@@ -77,22 +77,6 @@ func TestUnfencedCommitsAreCaught(t *testing.T) {
 	}
 	if res.Err() == nil {
 		t.Errorf("Result.Err is nil for a run that applied events twice")
-	}
-}
-
-// unfencedCommit is Store.Commit without the fence: the same writes in a
-// plain transaction.
-func unfencedCommit(s *Store) func(context.Context, Batch) error {
-	return func(ctx context.Context, b Batch) error {
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
-		if err := s.apply(ctx, tx, b); err != nil {
-			return err
-		}
-		return tx.Commit()
 	}
 }
 
@@ -116,7 +100,7 @@ func TestLeaveRejectsNothing(t *testing.T) {
 	}
 	store := newStore(t, sc.DB, sc.Dialect)
 	network := faultnet.New()
-	var nodes []*Node
+	var nodes []*consumer.Node
 	defer func() {
 		for _, n := range nodes {
 			n.Close()
@@ -135,10 +119,10 @@ func TestLeaveRejectsNothing(t *testing.T) {
 	table := nodes[0].Coordinator().Table()
 	produce := func(from, to int) {
 		t.Helper()
-		var events []Event
+		var events []consumer.Event
 		for i := from; i < to; i++ {
 			key := fmt.Sprintf("k%d", i%37)
-			events = append(events, Event{Partition: uint32(table.PartitionString(key)), Key: key, Amount: int64(i)})
+			events = append(events, consumer.Event{Partition: uint32(table.PartitionString(key)), Key: key, Amount: int64(i)})
 		}
 		if _, err := store.Append(ctx, events...); err != nil {
 			t.Fatal(err)

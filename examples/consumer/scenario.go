@@ -1,4 +1,4 @@
-package consumer
+package main
 
 import (
 	"context"
@@ -13,25 +13,26 @@ import (
 
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/examples/consumer/consumer"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 	"github.com/tenure-go/tenure/ring"
 )
 
-// Scenario is the self-checking run of `go run ./examples/consumer`. A
-// producer appends events; Nodes consumer nodes gossip over loopback
-// (through a faultnet network, so that one can be cut off) and consume
-// them. Ownership then moves in the middle of a batch, deterministically:
-// node-1 reads a batch and computes its effect, and is held just before
-// its commit; node-1 is cut off, the others take its partitions over and
-// consume from the last committed offset, past the held batch; then the
-// held batch is let go, and the fence must reject its commit. The network
-// heals, node-1 rejoins, the log is consumed to its end, and Verify
-// checks that no event was applied twice or missed.
+// Scenario is the self-checking run of the command. A producer appends
+// events; Nodes consumer nodes gossip over loopback (through a faultnet
+// network, so that one can be cut off) and consume them. Ownership then
+// moves in the middle of a batch, deterministically: node-1 reads a batch
+// and is held just before its commit (by its Options.BeforeCommit); node-1
+// is cut off, the others take its partitions over and consume from the
+// last committed offset, past the held batch; then the held batch is let
+// go, and the fence must reject its commit. The network heals, node-1
+// rejoins, the log is consumed to its end, and Verify checks that no event
+// was applied twice or missed.
 type Scenario struct {
 	DB      *sql.DB
 	Dialect sqlfence.Dialect
-	// Prefix names the tables (see NewStore). They must be empty or absent.
+	// Prefix names the tables (see consumer.NewStore; "" means consumer.DefaultPrefix). They must be empty or absent.
 	Prefix string
 	// Events is how many events the producer appends. Default 2000.
 	Events int
@@ -43,7 +44,7 @@ type Scenario struct {
 	// Keys is how many distinct keys the events carry: enough that every
 	// node owns some. Default 100.
 	Keys int
-	// BatchSize is Options.BatchSize. Default 32.
+	// BatchSize is consumer.Options.BatchSize. Default 32.
 	BatchSize int
 	// Seed draws the events' keys and amounts.
 	Seed uint64
@@ -51,19 +52,20 @@ type Scenario struct {
 	Logger *slog.Logger
 	// Progress receives a line per step. Default: discard.
 	Progress io.Writer
-
-	// commit, in tests, replaces the fenced commit (the negative control).
-	commit func(s *Store) func(context.Context, Batch) error
+	// Unfenced makes the run the negative control: the held batch is
+	// committed without the fence (see unfencedCommit), so its events are
+	// applied a second time, and Result.Err must say so.
+	Unfenced bool
 }
 
 // Result is what a Scenario did and found.
 type Result struct {
-	Report
+	consumer.Report
 	// Rejected counts the commits the fence rejected, over all nodes.
 	Rejected int64
 	// Paused is the batch held before its commit while its partition
 	// moved; PausedErr is what its commit returned at last.
-	Paused    Batch
+	Paused    consumer.Batch
 	PausedErr error
 	Elapsed   time.Duration
 }
@@ -101,6 +103,9 @@ func (s Scenario) withDefaults() (Scenario, error) {
 	def(&s.Partitions, 16)
 	def(&s.Keys, 100)
 	def(&s.BatchSize, 32)
+	if s.Prefix == "" {
+		s.Prefix = consumer.DefaultPrefix
+	}
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -127,7 +132,7 @@ func (s Scenario) Run(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	start := time.Now()
-	store, err := NewStore(s.DB, s.Dialect, s.Prefix)
+	store, err := consumer.NewStore(s.DB, s.Dialect, s.Prefix)
 	if err != nil {
 		return Result{}, err
 	}
@@ -146,7 +151,12 @@ func (s Scenario) Run(ctx context.Context) (Result, error) {
 	// network. node-1 holds the first batch it is about to commit.
 	network := faultnet.New(faultnet.WithSeed(s.Seed))
 	hold := newHolder()
-	var nodes []*Node
+	if s.Unfenced {
+		hold.commit = func(ctx context.Context, b consumer.Batch) error {
+			return unfencedCommit(ctx, s.DB, s.Prefix, b)
+		}
+	}
+	var nodes []*consumer.Node
 	defer func() {
 		for _, n := range nodes {
 			n.Close()
@@ -171,10 +181,10 @@ func (s Scenario) Run(ctx context.Context) (Result, error) {
 	r := rand.New(rand.NewPCG(s.Seed, 1))
 	produce := func(count int) error {
 		for count > 0 {
-			chunk := make([]Event, min(count, 100))
+			chunk := make([]consumer.Event, min(count, 100))
 			for i := range chunk {
 				key := fmt.Sprintf("acct-%03d", r.IntN(s.Keys))
-				chunk[i] = Event{Partition: uint32(table.PartitionString(key)), Key: key, Amount: 1 + r.Int64N(100)}
+				chunk[i] = consumer.Event{Partition: uint32(table.PartitionString(key)), Key: key, Amount: 1 + r.Int64N(100)}
 			}
 			if _, err := store.Append(ctx, chunk...); err != nil {
 				return err
@@ -266,7 +276,7 @@ func (s Scenario) Run(ctx context.Context) (Result, error) {
 
 // startNode starts one consumer node whose gossip runs through network
 // and joins the first of others. If hold is set, node-1 commits through it.
-func (s Scenario) startNode(ctx context.Context, store *Store, network *faultnet.Network, name string, others []*Node, hold *holder) (*Node, error) {
+func (s Scenario) startNode(ctx context.Context, store *consumer.Store, network *faultnet.Network, name string, others []*consumer.Node, hold *holder) (*consumer.Node, error) {
 	tr, err := network.Transport(name, faultnet.TransportConfig{Logger: s.Logger})
 	if err != nil {
 		return nil, err
@@ -282,14 +292,11 @@ func (s Scenario) startNode(ctx context.Context, store *Store, network *faultnet
 	if len(others) > 0 {
 		cfg.Seeds = []string{others[0].Coordinator().GossipAddr()}
 	}
-	opts := Options{BatchSize: s.BatchSize, Logger: s.Logger, commit: store.Commit}
-	if s.commit != nil {
-		opts.commit = s.commit(store)
-	}
+	opts := consumer.Options{BatchSize: s.BatchSize, Logger: s.Logger}
 	if name == "node-1" && hold != nil {
-		opts.commit = hold.wrap(opts.commit)
+		opts.BeforeCommit, opts.AfterCommit = hold.beforeCommit, hold.afterCommit
 	}
-	n, err := NewNode(store, cfg, opts)
+	n, err := consumer.NewNode(store, cfg, opts)
 	if err != nil {
 		tr.Shutdown()
 		return nil, err
@@ -302,42 +309,70 @@ func (s Scenario) startNode(ctx context.Context, store *Store, network *faultnet
 	return n, nil
 }
 
-// holder holds the first batch committed through it before its commit,
-// until release is closed.
+// holder is node-1's BeforeCommit and AfterCommit: it holds the first
+// batch before its commit until release is closed, and reports what the
+// commit returned.
 type holder struct {
-	once    sync.Once
-	held    chan Batch    // receives the held batch
-	release chan struct{} // closed to let it commit
-	result  chan error    // receives what its commit returned
+	held    chan consumer.Batch // receives the held batch
+	release chan struct{}       // closed to let it commit
+	result  chan error          // receives what its commit returned
+	// commit, if set, commits the held batch instead of the node (the
+	// negative control), which then drops it.
+	commit func(context.Context, consumer.Batch) error
+
+	mu      sync.Mutex
+	taken   bool            // a batch has been held
+	pending *consumer.Batch // the held batch, until the node's commit of it returns
 }
+
+// errCommittedAside drops the held batch at the node when the negative
+// control has committed it.
+var errCommittedAside = errors.New("committed without the fence by the negative control")
 
 func newHolder() *holder {
-	return &holder{held: make(chan Batch, 1), release: make(chan struct{}), result: make(chan error, 1)}
+	return &holder{held: make(chan consumer.Batch, 1), release: make(chan struct{}), result: make(chan error, 1)}
 }
 
-func (h *holder) wrap(commit func(context.Context, Batch) error) func(context.Context, Batch) error {
-	return func(ctx context.Context, b Batch) error {
-		first := false
-		h.once.Do(func() { first = true })
-		if !first {
-			return commit(ctx, b)
-		}
-		h.held <- b
-		var err error
-		select {
-		case <-h.release:
-			err = commit(ctx, b)
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
+func (h *holder) beforeCommit(ctx context.Context, b consumer.Batch) error {
+	h.mu.Lock()
+	first := !h.taken
+	h.taken = true
+	h.mu.Unlock()
+	if !first {
+		return nil
+	}
+	h.held <- b
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		h.result <- ctx.Err()
+		return ctx.Err()
+	}
+	if h.commit != nil {
+		h.result <- h.commit(ctx, b)
+		return errCommittedAside
+	}
+	h.mu.Lock()
+	h.pending = &b
+	h.mu.Unlock()
+	return nil // the node commits it; afterCommit reports the result
+}
+
+func (h *holder) afterCommit(b consumer.Batch, err error) {
+	h.mu.Lock()
+	held := h.pending != nil && h.pending.Token == b.Token && h.pending.From == b.From
+	if held {
+		h.pending = nil
+	}
+	h.mu.Unlock()
+	if held {
 		h.result <- err
-		return err
 	}
 }
 
 // converged waits until every node sees all of them and holds what the
 // ring gives it.
-func converged(ctx context.Context, nodes []*Node) error {
+func converged(ctx context.Context, nodes []*consumer.Node) error {
 	return poll(ctx, "the cluster to converge", func() (bool, error) {
 		for _, n := range nodes {
 			if t := n.Coordinator().Table(); t == nil || t.Len() != len(nodes) {
