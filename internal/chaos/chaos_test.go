@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,24 +40,40 @@ func TestChaos(t *testing.T) {
 		r := runChaos(t, runConfig{name: "memory", nodes: 5, partitions: 32, clients: 6, events: memEvents, fencing: true, seed: seed})
 		r.print("violations")
 		r.fail(t)
+		r.failFenced(t)
 	})
 	t.Run("sql", func(t *testing.T) {
 		r := runChaos(t, runConfig{name: "sql", nodes: 5, partitions: 16, clients: 4, events: sqlEvents, fencing: true, sql: true, seed: seed})
 		r.print("violations")
 		r.fail(t)
+		r.failFenced(t)
 	})
 	t.Run("control", func(t *testing.T) {
 		// The memory run's first events (the same seed), fencing off.
 		r := runChaos(t, runConfig{name: "control", nodes: 5, partitions: 32, clients: 6, events: 2, fencing: false, seed: seed})
 		r.print("control_violations")
-		if len(r.violations) == 0 {
-			t.Fatal("the negative control (fencing off) was not reported as violating")
-		}
 		for i, v := range r.violations {
 			if i == 5 {
 				break
 			}
 			t.Logf("control violation (expected): %s", v)
+		}
+		// The deliberate stale write must be caught by each check on its
+		// own, so a broken check can't hide behind another.
+		w := r.staleWrite
+		if w == nil {
+			t.Fatal("the control's deliberate stale write (event 0) was never made")
+		}
+		if w.Out != OK {
+			t.Fatalf("the control's stale write under %v was not applied (%v): is fencing off?", w.Token, w.Out)
+		}
+		if !slices.Contains(r.illegal, w.Token.Partition) {
+			t.Errorf("porcupine did not find partition %d, where the stale write under %v was applied, not linearizable (illegal partitions: %v)",
+				w.Token.Partition, w.Token, r.illegal)
+		}
+		if !slices.ContainsFunc(r.s1, func(v s1Violation) bool { return v.tok.Same(w.Token) }) {
+			t.Errorf("the S1 check at the resource did not flag the stale write under %v (it flagged %d writes: %v)",
+				w.Token, len(r.s1), s1Strings(r.s1))
 		}
 	})
 	t.Run("sigstop", func(t *testing.T) {
@@ -72,7 +90,12 @@ type result struct {
 	operations int
 	calls      int
 	stale      int64
-	violations []string
+	violations []string // every check's findings
+	illegal    []uint32 // porcupine's: the partitions not linearizable
+	s1         []s1Violation
+	// staleWrite is event 0's deliberate stale write, as answered by the
+	// resource (nil if it was never made).
+	staleWrite *Record
 }
 
 func (r result) print(violationsName string) {
@@ -81,6 +104,21 @@ func (r result) print(violationsName string) {
 	fmt.Printf("figure: chaos.operations %d\n", r.operations)
 	fmt.Printf("figure: chaos.stale_rejected %d\n", r.stale)
 	fmt.Printf("figure: chaos.%s %d\n", violationsName, len(r.violations))
+}
+
+// failFenced fails a fenced run whose deliberate stale write was not
+// rejected as stale.
+func (r result) failFenced(t *testing.T) {
+	t.Helper()
+	switch {
+	case r.staleWrite == nil:
+		t.Error("event 0's deliberate stale write was never made")
+	case r.staleWrite.Out != Stale:
+		t.Errorf("event 0's stale write under %v was answered %v, not rejected as stale", r.staleWrite.Token, r.staleWrite.Out)
+	}
+	if r.stale == 0 {
+		t.Error("no write was rejected as stale")
+	}
 }
 
 func (r result) fail(t *testing.T) {
@@ -140,7 +178,7 @@ func runChaos(t *testing.T, cfg runConfig) result {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl.auth = &recAuthority{a: r.f.Authority()}
+		cl.auth = &recAuthority{a: r.f.Authority(), hist: cl.hist, sink: cl.onClaim}
 		return r
 	})
 	if sqlDB != nil {
@@ -150,7 +188,7 @@ func runChaos(t *testing.T, cfg runConfig) result {
 		})
 	}
 	for i := range cfg.nodes {
-		cl.start(ctx, fmt.Sprintf("n%d", i), "")
+		cl.start(ctx, fmt.Sprintf("n%d", i), "", 0)
 	}
 	if d, err := cl.waitSettled(ctx, 60*time.Second); err != nil {
 		t.Fatalf("the cluster never settled: %v", err)
@@ -166,8 +204,14 @@ func runChaos(t *testing.T, cfg runConfig) result {
 	}
 
 	events := 0
+	var staleWrite *Record
 	for i, kind := range schedule(cl.rng, cfg.events) {
-		desc := cl.nemesis(ctx, kind)
+		var desc string
+		if i == 0 {
+			desc, staleWrite = cl.pausePastLease(ctx)
+		} else {
+			desc = cl.nemesis(ctx, kind)
+		}
 		events++
 		before := cl.marks(ctx)
 		cl.heal()
@@ -189,8 +233,8 @@ func runChaos(t *testing.T, cfg runConfig) result {
 	waitLoad()
 	cl.finalReads(ctx)
 	cl.openStop()
-	res := result{name: cfg.name, events: events, stale: cl.stale.Load()}
-	res.violations, res.operations = cl.check(ctx, cfg.fencing)
+	res := result{name: cfg.name, events: events, stale: cl.stale.Load(), staleWrite: staleWrite}
+	cl.check(ctx, cfg.fencing, &res)
 	cl.mu.Lock()
 	res.calls = len(cl.ops)
 	cl.mu.Unlock()
@@ -236,7 +280,8 @@ func (cl *cluster) nemesis(ctx context.Context, kind string) string {
 	t := cl.t
 	switch kind {
 	case "pause":
-		return cl.pausePastLease(ctx)
+		desc, _ := cl.pausePastLease(ctx)
+		return desc
 	case "partition":
 		s := cl.shuffled()
 		d := cl.faultTime()
@@ -273,16 +318,28 @@ func (cl *cluster) nemesis(ctx context.Context, kind string) string {
 		hold(ctx, d)
 		return fmt.Sprintf("20%% drops and 15 ms delays for %v", d)
 	case "crash", "restart-new-addr":
+		// A crash restarts under the same name on the same service address
+		// and gossip port; restart-new-addr on new ones, which memberlist
+		// refuses ("conflicting address") until the old address is dead
+		// for DeadNodeReclaimTime.
 		n := cl.pick()
 		d := time.Duration(500+cl.rng.IntN(2500)) * time.Millisecond
-		addr := n.addr
+		addr, gossip := n.addr, n.gossip
 		if kind == "restart-new-addr" {
-			addr = ""
+			addr, gossip = "", 0
 		}
 		n.crash()
 		hold(ctx, d)
-		m := cl.start(ctx, n.name, addr)
-		return fmt.Sprintf("%s crashed for %v, restarted at %s (incarnation %016x)", n.name, d, m.addr, m.c.Self().Incarnation)
+		m := cl.start(ctx, n.name, addr, gossip)
+		where := "on its old addresses"
+		switch {
+		case kind == "restart-new-addr":
+			where = "on new addresses"
+		case m.addr != n.addr || m.gossip != n.gossip:
+			where = "on new addresses (an old one was taken)"
+		}
+		return fmt.Sprintf("%s crashed for %v, restarted %s (service %s, gossip port %d, incarnation %016x)",
+			n.name, d, where, m.addr, m.gossip, m.c.Self().Incarnation)
 	case "clock":
 		n := cl.pick()
 		d := cl.faultTime()
@@ -313,42 +370,96 @@ func (cl *cluster) nemesis(ctx context.Context, kind string) string {
 	return ""
 }
 
+// staleAttempts bounds the tries at the deterministic stale write.
+const staleAttempts = 3
+
 // pausePastLease is the deterministic stale write: the owner of a
 // partition holds a write at its gate (token attached, not yet sent), is
 // cut off until another node has fenced the partition and written under
-// its own token, then the held write goes on. A fenced resource must
-// reject it; an unfenced one applies it over the newer write.
-func (cl *cluster) pausePastLease(ctx context.Context) string {
-	p := uint32(cl.rng.IntN(cl.cfg.partitions))
-	live := cl.live()
-	x := cl.node(live[0].c.Table().Owner(int(p)))
-	if x == nil {
-		return fmt.Sprintf("pause: partition %d has no running owner", p)
+// its own token, then the held write is sent. A fenced resource must
+// reject it; an unfenced one applies it over the newer write. On a loaded
+// machine a try can come to nothing (the partition moves before a write
+// reaches the gate, or the held write's answer is lost), so it tries up to
+// staleAttempts partitions, healing in between. It returns the held
+// write's record, or nil when no try made one.
+func (cl *cluster) pausePastLease(ctx context.Context) (string, *Record) {
+	var tries []string
+	for attempt := range staleAttempts {
+		if attempt > 0 {
+			cl.heal()
+			if _, err := cl.waitSettled(ctx, 30*time.Second); err != nil {
+				tries = append(tries, fmt.Sprintf("not settled: %v", err))
+			}
+		}
+		desc, rec := cl.staleWrite(ctx)
+		if rec != nil {
+			return strings.Join(append(tries, desc), "; "), rec
+		}
+		tries = append(tries, desc)
 	}
-	x.gate.hold(int64(p), 1)
-	if !waitFor(ctx, 10*time.Second, func() bool { return x.gate.waiting.Load() > 0 }) {
+	return "no stale write: " + strings.Join(tries, "; "), nil
+}
+
+// staleWrite is one try of pausePastLease.
+func (cl *cluster) staleWrite(ctx context.Context) (string, *Record) {
+	p := uint32(cl.rng.IntN(cl.cfg.partitions))
+	var x *node
+	for _, n := range cl.live() {
+		if _, err := n.c.LeaseOfPartition(p); err == nil {
+			x = n
+			break
+		}
+	}
+	if x == nil {
+		return fmt.Sprintf("pause: partition %d has no lease holder", p), nil
+	}
+	x.gate.hold(int64(p), 1, true)
+	if !waitFor(ctx, 15*time.Second, func() bool { return x.gate.waiting.Load() > 0 }) {
 		x.gate.open()
-		return fmt.Sprintf("pause %s on partition %d: no call reached the gate", x.name, p)
+		return fmt.Sprintf("pause %s on partition %d: no write reached the gate", x.name, p), nil
 	}
 	cl.net.Isolate(x.name)
 	start := time.Now()
+	// Wait for another node to write under a higher token (with fencing
+	// on, the mark: it fenced first).
+	held := x.gate.lastHeld()
 	var mark ownership.Token
 	moved := waitFor(ctx, 30*time.Second, func() bool {
-		mark, _ = cl.res.mark(ctx, p)
-		if mark.Owner == x.name {
-			return false
-		}
 		cl.mu.Lock()
 		defer cl.mu.Unlock()
-		return cl.okTokens[mark] > 0
+		for t, n := range cl.okTokens {
+			if n > 0 && t.Partition == p && t.Owner != x.name && held.Less(t) {
+				mark = t
+				return true
+			}
+		}
+		return false
 	})
+	opened := Now()
 	x.gate.open()
-	waitFor(ctx, 10*time.Second, func() bool { return x.gate.waiting.Load() == 0 })
-	if !moved {
-		return fmt.Sprintf("pause %s on partition %d: no other owner wrote within 30 s", x.name, p)
+	// The held write, answered: the only held call on p at x sent since.
+	var rec *Record
+	waitFor(ctx, 15*time.Second, func() bool {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		for i := range cl.held {
+			if r := cl.held[i]; r.Token.Partition == p && r.Node == x.name && r.Start >= opened {
+				rec = &r
+				return true
+			}
+		}
+		return false
+	})
+	switch {
+	case !moved:
+		return fmt.Sprintf("pause %s on partition %d: no other owner wrote within 30 s", x.name, p), nil
+	case rec == nil:
+		return fmt.Sprintf("pause %s on partition %d: the held write never returned", x.name, p), nil
+	case rec.Out == Unknown:
+		return fmt.Sprintf("pause %s on partition %d: the held write's outcome is unknown", x.name, p), nil
 	}
-	return fmt.Sprintf("%s paused with a write to partition %d and isolated; %v wrote after %v; write released",
-		x.name, p, mark, time.Since(start).Round(time.Millisecond))
+	return fmt.Sprintf("%s paused with a write to partition %d and isolated; %v wrote after %v; held write under %v sent: %v",
+		x.name, p, mark, time.Since(start).Round(time.Millisecond), rec.Token, rec.Out), rec
 }
 
 // finalReads reads every partition once the cluster has settled: the
@@ -364,9 +475,10 @@ func (cl *cluster) finalReads(ctx context.Context) {
 	}
 }
 
-// check runs every check on the run's records and returns the violations
-// and the number of operations at the resource.
-func (cl *cluster) check(ctx context.Context, fencing bool) ([]string, int) {
+// check runs every check on the run's records and fills in res's
+// violations, porcupine's illegal partitions, the S1 violations and the
+// number of operations at the resource.
+func (cl *cluster) check(ctx context.Context, fencing bool, res *result) {
 	cl.mu.Lock()
 	viol := append([]string(nil), cl.viol...)
 	ops := append([]clientOp(nil), cl.ops...)
@@ -376,6 +488,7 @@ func (cl *cluster) check(ctx context.Context, fencing bool) ([]string, int) {
 	}
 	cl.mu.Unlock()
 	recs := cl.hist.Records()
+	res.operations = len(recs)
 
 	// Linearizability against the fenced register, per partition. The
 	// visualization of a real failure must outlive the test; the control's
@@ -384,25 +497,27 @@ func (cl *cluster) check(ctx context.Context, fencing bool) ([]string, int) {
 	if !fencing {
 		dir = cl.t.TempDir()
 	}
-	res, err := Check(recs, 30*time.Second, dir)
+	lin, err := Check(recs, 30*time.Second, dir)
 	if err != nil {
 		viol = append(viol, fmt.Sprintf("check: %v", err))
 	}
-	for _, p := range res.Illegal {
+	res.illegal = lin.Illegal
+	for _, p := range lin.Illegal {
 		viol = append(viol, fmt.Sprintf("linearizability: partition %d is not a fenced register (porcupine)", p))
 	}
-	for _, p := range res.Undecided {
+	for _, p := range lin.Undecided {
 		viol = append(viol, fmt.Sprintf("linearizability: porcupine timed out on partition %d", p))
 	}
-	if res.Visualization != "" {
-		cl.t.Logf("porcupine visualization: %s", res.Visualization)
+	if lin.Visualization != "" {
+		cl.t.Logf("porcupine visualization: %s", lin.Visualization)
 	}
 	// S1 at the resource itself.
 	s1, err := cl.res.s1(ctx)
 	if err != nil {
 		viol = append(viol, fmt.Sprintf("S1 check: %v", err))
 	}
-	viol = append(viol, s1...)
+	res.s1 = s1
+	viol = append(viol, s1Strings(s1)...)
 	viol = append(viol, checkS2(recs)...)
 	// S3: no two grants share a token.
 	for tok, n := range grants {
@@ -414,15 +529,20 @@ func (cl *cluster) check(ctx context.Context, fencing bool) ([]string, int) {
 		viol = append(viol, checkS4(cl.auth.claims())...)
 	}
 	viol = append(viol, cl.checkAcked(ops, recs)...)
-	return viol, len(recs)
+	// A fenced node stops serving: every lease rejected as stale has
+	// ended (ReportStale is asynchronous: allow it to land).
+	var live []string
+	waitFor(ctx, 10*time.Second, func() bool { live = cl.checkFencedEnded(); return len(live) == 0 })
+	res.violations = append(viol, live...)
 }
 
 // checkS2: an owner fences before it reads or writes: every answered read
-// or write under a token started after a fence with that token returned.
+// or write under a token started after a fence with that token returned
+// (the owner's own Fence call: a claim that fenced doesn't count).
 func checkS2(recs []Record) []string {
 	fenced := map[ownership.Token]int64{}
 	for _, r := range recs {
-		if r.Kind == Fence && r.Out == OK {
+		if r.Kind == Fence && r.Out == OK && r.Value != claimFence {
 			t := r.Token
 			t.MAC = [ownership.MACSize]byte{}
 			if at, ok := fenced[t]; !ok || r.End < at {

@@ -75,7 +75,7 @@ type Record struct {
 	Node   string `json:"node"`   // the node that made the call
 	Kind   Kind   `json:"kind"`
 	Token  ownership.Token
-	Value  string  `json:"value"` // Write: the value written
+	Value  string  `json:"value"` // Write: the value written; Fence: what fenced, if not a Fence call (a claim)
 	Out    Outcome `json:"out"`
 	// OutToken and OutValue are what an OK read returned: the token of the
 	// write that stored the value, and the value.
@@ -181,6 +181,9 @@ func FencedRegisterModel() porcupine.Model {
 					return fmt.Sprintf("%s read(%s) -> %q@e%d", r.Node, tok, r.OutValue, r.OutToken.Epoch)
 				}
 				return fmt.Sprintf("%s read(%s) -> %v", r.Node, tok, r.Out)
+			}
+			if r.Value != "" {
+				return fmt.Sprintf("%s fence(%s) by %s -> %v", r.Node, tok, r.Value, r.Out)
 			}
 			return fmt.Sprintf("%s fence(%s) -> %v", r.Node, tok, r.Out)
 		},

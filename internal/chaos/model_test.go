@@ -37,10 +37,36 @@ func TestFencedRegisterModel(t *testing.T) {
 			{Kind: Write, Token: b, Value: "y", Out: OK, Start: 12, End: 13},
 			{Kind: Write, Token: a, Value: "x", Out: OK, Start: 14, End: 15},
 		}, false},
-		{"a held write overlapping the fence may land before it", []Record{
+		// A write's Start is when it is sent to the resource (in the suite,
+		// after the pause gate let it go), so a write still in flight when
+		// the new owner's fence began may have landed before the fence...
+		{"a write in flight across the fence may land before it", []Record{
 			fenceA,
 			{Kind: Write, Token: a, Value: "x", Out: OK, Start: 2, End: 12},
 			fenceB,
+		}, true},
+		// ... and one that was sent only after the fence returned (held at
+		// the gate meanwhile) may not.
+		{"a write sent after the fence returned is after it", []Record{
+			fenceA, fenceB,
+			{Kind: Write, Token: a, Value: "x", Out: OK, Start: 12, End: 13},
+		}, false},
+		// With the SQL authority a claim is the fence: a write under the old
+		// token is rejected from the claim on, before the new owner's Fence.
+		{"a write rejected after a claim fenced", []Record{
+			fenceA,
+			{Kind: Fence, Token: b, Value: claimFence, Out: OK, Start: 4, End: 5},
+			{Kind: Write, Token: a, Value: "x", Out: Stale, Start: 6, End: 7},
+			fenceB,
+		}, true},
+		{"a write rejected before any higher fence", []Record{
+			fenceA,
+			{Kind: Write, Token: a, Value: "x", Out: Stale, Start: 6, End: 7},
+			fenceB,
+		}, false},
+		{"a write sent after the fence returned, rejected", []Record{
+			fenceA, fenceB,
+			{Kind: Write, Token: a, Value: "x", Out: Stale, Start: 12, End: 13},
 		}, true},
 		{"unknown write, applied", []Record{
 			fenceA,
@@ -75,35 +101,70 @@ func TestFencedRegisterModel(t *testing.T) {
 	}
 }
 
-// The skewed clock's tickers follow its rate, and a jump fires them.
+// The skewed clock's tickers follow its rate, and a jump fires them. The
+// bounds are one-sided where load can only make a tick late, and 100x
+// wide where they aren't.
 func TestSkewClock(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	const d = 50 * time.Millisecond
 	c := NewSkewClock()
-	ticks, stop := c.NewTicker(50 * time.Millisecond)
+	ticks, stop := c.NewTicker(d)
 	defer stop()
-	count := func(d time.Duration) int {
-		n := 0
-		end := time.NewTimer(d)
-		defer end.Stop()
-		for {
-			select {
-			case <-ticks:
-				n++
-			case <-end.C:
-				return n
-			case <-ctx.Done():
-				return n
-			}
+	next := func() time.Time {
+		select {
+		case <-ticks:
+		case <-ctx.Done():
+			t.Fatal("no tick")
+		}
+		return time.Now()
+	}
+	drain := func() {
+		select {
+		case <-ticks:
+		default:
 		}
 	}
-	c.SetRate(10)
-	fast := count(300 * time.Millisecond) // about 60 ticks
-	c.SetRate(0.1)
-	slow := count(300 * time.Millisecond) // about 0 ticks
-	if fast < 20 || slow > 2 {
-		t.Fatalf("ticks at 10x: %d, at 0.1x: %d", fast, slow)
+
+	// At rate 100, five ticks take 2.5 ms; at rate 1 they would take at
+	// least 250 ms.
+	c.SetRate(100)
+	drain()
+	start := time.Now()
+	for range 5 {
+		next()
 	}
+	if took := time.Since(start); took >= 5*d {
+		t.Errorf("five ticks at rate 100 took %v, no faster than at rate 1 (%v)", took, 5*d)
+	}
+
+	// At rate 0.05 a tick comes every second of real time: after the first
+	// (what was left of the interval when the rate changed), the next
+	// can't come within half of that, however loaded the machine.
+	c.SetRate(0.05)
+	drain()
+	first := next()
+	if gap := next().Sub(first); gap < 10*d {
+		t.Errorf("ticks %v apart at rate 0.05, want about %v", gap, 20*d)
+	}
+	if r := c.Rate(); r != 0.05 {
+		t.Errorf("rate %v, want 0.05", r)
+	}
+
+	// Now runs at the rate too: its reading of the real time lies between
+	// the ones taken around it, so its moves are bracketed exactly.
+	r0 := time.Now()
+	c0 := c.Now()
+	r0b := time.Now()
+	hold(ctx, 100*time.Millisecond)
+	r1 := time.Now()
+	c1 := c.Now()
+	r1b := time.Now()
+	moved, slack := c1.Sub(c0), time.Microsecond
+	if lo, hi := r1.Sub(r0b)/20, r1b.Sub(r0)/20; moved < lo-slack || moved > hi+slack {
+		t.Errorf("at rate 0.05 the clock moved %v, want within [%v, %v]", moved, lo, hi)
+	}
+
 	before := c.Now()
 	c.Jump(time.Hour)
 	select {

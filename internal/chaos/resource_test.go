@@ -26,7 +26,23 @@ type resource interface {
 	mark(ctx context.Context, p uint32) (ownership.Token, error)
 	// s1 returns the S1 violations seen: writes applied under a token
 	// below one already applied or fenced.
-	s1(ctx context.Context) ([]string, error)
+	s1(ctx context.Context) ([]s1Violation, error)
+}
+
+// s1Violation is a write applied under a token below one the resource had
+// already applied or fenced.
+type s1Violation struct {
+	tok, above ownership.Token
+}
+
+func (v s1Violation) String() string { return fmt.Sprintf("S1: %v applied after %v", v.tok, v.above) }
+
+func s1Strings(vs []s1Violation) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.String()
+	}
+	return out
 }
 
 // classify says what a caller learns from a resource error.
@@ -43,7 +59,7 @@ func classify(err error) Outcome {
 }
 
 // fenceHook is told of every fence that raised a partition's mark.
-type fenceHook func(old, new ownership.Token)
+type fenceHook func(ownership.Token)
 
 // memResource is a register per partition protected by a MemoryFence, or,
 // with fencing off (the negative control), by nothing: every write is
@@ -62,7 +78,7 @@ type memReg struct {
 	val   string
 	high  ownership.Token // highest token fenced or applied
 	marks ownership.Token // fencing off: the mark, kept but not enforced
-	viol  []string
+	viol  []s1Violation
 }
 
 func newMemResource(partitions int, fencing bool, h *History, hook fenceHook) (*memResource, error) {
@@ -101,7 +117,7 @@ func (r *memResource) Fence(ctx context.Context, t ownership.Token) (ownership.T
 		}
 		reg.mu.Unlock()
 		if t.Compare(old) > 0 && r.hook != nil {
-			r.hook(old, t)
+			r.hook(t)
 		}
 	}
 	r.hist.Add(rec)
@@ -128,7 +144,7 @@ func (r *memResource) do(ctx context.Context, t ownership.Token, fn func(reg *me
 func (r *memResource) write(ctx context.Context, t ownership.Token, v string) error {
 	return r.do(ctx, t, func(reg *memReg) {
 		if t.Less(reg.high) {
-			reg.viol = append(reg.viol, fmt.Sprintf("S1: %v applied after %v", t, reg.high))
+			reg.viol = append(reg.viol, s1Violation{tok: t, above: reg.high})
 		} else {
 			reg.high = t
 		}
@@ -151,8 +167,8 @@ func (r *memResource) mark(_ context.Context, p uint32) (ownership.Token, error)
 	return r.fence.Current(p), nil
 }
 
-func (r *memResource) s1(context.Context) ([]string, error) {
-	var out []string
+func (r *memResource) s1(context.Context) ([]s1Violation, error) {
+	var out []s1Violation
 	for i := range r.regs {
 		r.regs[i].mu.Lock()
 		out = append(out, r.regs[i].viol...)
@@ -214,7 +230,7 @@ func (r *sqlResource) Fence(ctx context.Context, t ownership.Token) (ownership.T
 	rec.End, rec.Out = Now(), classify(err)
 	r.hist.Add(rec)
 	if err == nil && t.Compare(old) > 0 && r.hook != nil {
-		r.hook(old, t)
+		r.hook(t)
 	}
 	return cur, err
 }
@@ -266,14 +282,14 @@ func (r *sqlResource) mark(ctx context.Context, p uint32) (ownership.Token, erro
 
 // s1 reads the log of applied writes in commit order: per partition, the
 // tokens must never go down.
-func (r *sqlResource) s1(ctx context.Context) ([]string, error) {
+func (r *sqlResource) s1(ctx context.Context) ([]s1Violation, error) {
 	rows, err := r.db.QueryContext(ctx, `SELECT partition_id, epoch, owner, inc FROM chaos_log ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	high := map[uint32]ownership.Token{}
-	var out []string
+	var out []s1Violation
 	for rows.Next() {
 		var p uint32
 		var epoch int64
@@ -286,7 +302,7 @@ func (r *sqlResource) s1(ctx context.Context) ([]string, error) {
 			return nil, err
 		}
 		if t.Less(high[p]) {
-			out = append(out, fmt.Sprintf("S1: %v committed after %v", t, high[p]))
+			out = append(out, s1Violation{tok: t, above: high[p]})
 		} else {
 			high[p] = t
 		}
@@ -302,9 +318,18 @@ type claimRec struct {
 	Err   string
 }
 
-// recAuthority records the claims made on an authority (for S4).
+// claimFence is the Value of a Fence record made by a claim.
+const claimFence = "claim"
+
+// recAuthority records the claims made on an authority (for S4). The SQL
+// authority's claim is a conditional update of the fence's own mark: a
+// claim fences the partition at once, before the new owner's Fence call.
+// So each claim that did (or may have) raise the mark is also recorded in
+// hist as a Fence (Value claimFence), applied or, when the claim failed
+// other than by a conflict, Unknown.
 type recAuthority struct {
 	a    ownership.Authority
+	hist *History
 	sink func(claimRec)
 	mu   sync.Mutex
 	recs []claimRec
@@ -316,6 +341,14 @@ func (a *recAuthority) Claim(ctx context.Context, p uint32, n ownership.Node, se
 	rec.End, rec.Token = Now(), t
 	if err != nil {
 		rec.Err = err.Error()
+	}
+	fence := Record{Node: n.Name, Kind: Fence, Token: t, Value: claimFence, Out: OK, Start: rec.Start, End: rec.End}
+	if err != nil {
+		fence.Token = ownership.Token{Partition: p, Epoch: seen.Epoch + 1, Owner: n.Name, Incarnation: n.Incarnation}
+		fence.Out = Unknown
+	}
+	if a.hist != nil && !errors.Is(err, ownership.ErrConflict) {
+		a.hist.Add(fence)
 	}
 	a.add(rec)
 	return t, err

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -68,7 +69,7 @@ func childMain() int {
 		return fail(err)
 	}
 	defer res.close()
-	auth := &recAuthority{a: res.f.Authority(), sink: func(c claimRec) { emit(childLine{Claim: &c}) }}
+	auth := &recAuthority{a: res.f.Authority(), hist: h, sink: func(c claimRec) { emit(childLine{Claim: &c}) }}
 	name := os.Getenv(childNameEnv)
 	c, err := coordinator.New(sigConfig(name, res, auth, []string{os.Getenv(childSeedEnv)}, nil))
 	if err != nil {
@@ -184,7 +185,7 @@ func runSIGSTOP(t *testing.T, seed uint64) result {
 		t.Fatal(err)
 	}
 	t.Cleanup(res.close)
-	auth := &recAuthority{a: res.f.Authority()}
+	auth := &recAuthority{a: res.f.Authority(), hist: hist}
 	var nodes []*coordinator.Coordinator
 	for i := range 2 {
 		var seeds []string
@@ -321,7 +322,7 @@ func runSIGSTOP(t *testing.T, seed uint64) result {
 		t.Fatal(err)
 	}
 	if !taken {
-		t.Fatalf("the others did not take over the child's partitions %v within 30 s", owned)
+		t.Fatalf("the others did not take over the child's partitions %v within 30 s:\n%s", owned, sigDiagnosis(ctx, res, auth, nodes, owned))
 	}
 	t.Logf("sigstop: child %s (pid %d) stopped %v, its %d partitions fenced by others, continued",
 		child, pid, time.Since(stopped).Round(time.Millisecond), len(owned))
@@ -375,10 +376,38 @@ func runSIGSTOP(t *testing.T, seed uint64) result {
 	if err != nil {
 		r.violations = append(r.violations, fmt.Sprintf("S1 check: %v", err))
 	}
-	r.violations = append(r.violations, s1...)
+	r.violations = append(r.violations, s1Strings(s1)...)
 	r.violations = append(r.violations, checkS2(recs)...)
 	r.violations = append(r.violations, checkS4(claims)...)
 	return r
+}
+
+// sigDiagnosis describes, for a failed takeover, what each in-process node
+// sees of the partitions and what the authority answered them.
+func sigDiagnosis(ctx context.Context, res *sqlResource, auth *recAuthority, nodes []*coordinator.Coordinator, owned []uint32) string {
+	var b strings.Builder
+	for _, c := range nodes {
+		st := c.Status()
+		var members []string
+		for _, m := range st.Members {
+			members = append(members, m.Name)
+		}
+		fmt.Fprintf(&b, "%s: members %v, converged %v\n", st.Node, members, st.Converged)
+		for _, p := range owned {
+			if int(p) < len(st.Partitions) {
+				fmt.Fprintf(&b, "  %+v\n", st.Partitions[p])
+			}
+		}
+	}
+	for _, p := range owned {
+		m, err := res.mark(ctx, p)
+		fmt.Fprintf(&b, "partition %d: mark %v (%v)\n", p, m, err)
+	}
+	claims := auth.claims()
+	for _, c := range claims[max(0, len(claims)-10):] {
+		fmt.Fprintf(&b, "claim %v: %s\n", c.Token, c.Err)
+	}
+	return b.String()
 }
 
 // stopChild stops the child with SIGSTOP at a moment it holds no SQLite
