@@ -127,11 +127,13 @@ func waitConverged(t *testing.T, nodes []*kvnode.Node, timeout time.Duration) {
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		<-tick.C
 	}
 }
 

@@ -43,12 +43,7 @@ func (n *Node) statusServer() (*http.Server, error) {
 		_ = json.NewEncoder(w).Encode(n.Stats())
 	})
 	mux.HandleFunc("POST /debug/cut", func(w http.ResponseWriter, r *http.Request) {
-		var peers []string
-		for _, p := range strings.Split(r.URL.Query().Get("peers"), ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				peers = append(peers, p)
-			}
-		}
+		peers := splitPeers(r.URL.Query().Get("peers"))
 		switch err := n.Cut(peers); {
 		case errors.Is(err, errNoFaultControl):
 			http.Error(w, err.Error(), http.StatusNotFound)
@@ -60,4 +55,16 @@ func (n *Node) statusServer() (*http.Server, error) {
 		}
 	})
 	return &http.Server{Handler: mux, ReadHeaderTimeout: stopTimeout}, nil
+}
+
+// splitPeers splits the peers parameter of /debug/cut: comma-separated
+// addresses, blanks ignored.
+func splitPeers(s string) []string {
+	var peers []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			peers = append(peers, p)
+		}
+	}
+	return peers
 }
