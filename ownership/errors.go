@@ -37,9 +37,9 @@ var (
 // reached it: the next claim goes above it. errors.Is(err, ErrConflict)
 // holds.
 type ConflictError struct {
-	Partition uint32
-	Seen      Token // what the claimant passed as seen
-	Current   Token // the mark found instead (zero if unknown)
+	Partition uint32 // the partition claimed
+	Seen      Token  // what the claimant passed as seen
+	Current   Token  // the mark found instead (zero if unknown)
 }
 
 func (e *ConflictError) Error() string {

@@ -302,7 +302,8 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 			// gossip (it was made across a network cut), and claiming
 			// above what we had heard would lose forever.
 			var ce *ConflictError
-			if errors.As(err, &ce) && ce.Partition == p && ce.Current.Partition == p && ce.Current.Compare(s.mark) > 0 {
+			if errors.As(err, &ce) && (ce.Partition == p || ce.Partition == 0) &&
+				ce.Current.Partition == p && ce.Current.Compare(s.mark) > 0 {
 				s.mark = ce.Current
 				s.observe(Claim{Token: ce.Current})
 			}

@@ -23,7 +23,7 @@ import (
 //	quorum ok|lost
 //	tick [n]
 //	heard p0 e1/b:2 [released]
-//	claimed p0 e1/a:1 | claimed p0 err=conflict [current=e3/b:1] | err=boom
+//	claimed p0 e1/a:1 | claimed p0 err=conflict [current=e3/b:1 [partition=unset]] | err=boom
 //	acquired p0 e1/a:1 [stale=e2/b:1 | err=boom]
 //	rejected p0 e1/a:1 current=e2/b:1
 //	released p0 e1/a:1
@@ -216,6 +216,9 @@ func scriptErr(p uint32, args map[string]string) error {
 			cur, err := parseToken(p, c)
 			if err != nil {
 				return err
+			}
+			if args["partition"] == "unset" { // an authority that leaves it zero
+				return &ConflictError{Current: cur}
 			}
 			return &ConflictError{Partition: p, Current: cur}
 		}

@@ -27,8 +27,10 @@
 //  1. The outputs, the offsets and the fence table are in one database,
 //     so one transaction covers the check, the effect and the offset.
 //     Effects outside that database (an e-mail, a call to another
-//     service) are not fenced: give them an idempotency key built from
-//     the partition, the epoch and the offset.
+//     service) are not fenced: give each event's effect an idempotency
+//     key built from its partition and offset. Not the epoch: a batch
+//     rejected at commit is read again by the next owner, in a new
+//     epoch, and must be recognised as the same.
 //  2. Every write to a partition's outputs and offset goes through
 //     Store.Commit with the token of a live lease.
 //  3. The store is fenced on every grant before the owner reads

@@ -145,8 +145,12 @@ func ExampleOptions() {
 	opts := consumer.Options{
 		BatchSize: 100,
 		BeforeCommit: func(ctx context.Context, b consumer.Batch) error {
-			// e.g. notify another service, keyed by partition, epoch and
-			// offset so that a batch sent twice is applied once there.
+			// e.g. notify another service, one request per event keyed by
+			// its partition and offset: a batch dropped here or rejected at
+			// commit is read again, perhaps by a new owner in another epoch
+			// and cut into other batches, and the same event must carry
+			// the same key. (Send the epoch beside it only if that service
+			// fences on it, rejecting epochs lower than one it has seen.)
 			sent.Add(int64(len(b.Events)))
 			return nil
 		},
