@@ -62,16 +62,17 @@ var registerModel = porcupine.Model{
 	DescribeState: func(state any) string { return fmt.Sprint(state.(uint64)) },
 }
 
-// checkHistory checks the history with porcupine. On a violation (or a
-// check that runs out of time) it writes porcupine's visualization to path.
-func checkHistory(history []op, path string) (ok bool, err error) {
+// checkHistory checks the history with porcupine: Ok, Illegal, or Unknown
+// if the check ran out of time. Unless Ok, it writes porcupine's
+// visualization to path.
+func checkHistory(history []op, path string) (porcupine.CheckResult, error) {
 	ops := make([]porcupine.Operation, len(history))
 	for i, o := range history {
 		ops[i] = porcupine.Operation{ClientId: o.key, Input: o, Call: o.start, Return: o.end}
 	}
 	res, info := porcupine.CheckOperationsVerbose(registerModel, ops, time.Minute)
 	if res == porcupine.Ok {
-		return true, nil
+		return res, nil
 	}
-	return false, porcupine.VisualizePath(registerModel, info, path)
+	return res, porcupine.VisualizePath(registerModel, info, path)
 }

@@ -66,8 +66,7 @@ func spawn(ctx context.Context, self, name, logPath string, args []string) (*pro
 		}
 		close(lines)
 		_, _ = io.Copy(io.Discard, out) // nothing else is printed; drain anyway
-	}()
-	go func() {
+		// Wait only after stdout's EOF, as os/exec requires of pipe readers.
 		p.err = cmd.Wait()
 		logf.Close()
 		close(p.exited)
@@ -152,15 +151,28 @@ func (p *proc) scrape() {
 // cut makes the node drop all gossip to and from the given gossip
 // addresses; no addresses heals it.
 func (p *proc) cut(peers []string) error {
-	resp, err := httpClient.Post("http://"+p.status+"/debug/cut?peers="+url.QueryEscape(strings.Join(peers, ",")), "text/plain", nil)
+	return p.post("/debug/cut?peers=" + url.QueryEscape(strings.Join(peers, ",")))
+}
+
+// post sends a fault-control request to the node's status server.
+func (p *proc) post(path string) error {
+	resp, err := httpClient.Post("http://"+p.status+path, "text/plain", nil)
 	if err != nil {
 		return err
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("cut on %s: %s", p.name, resp.Status)
+		return fmt.Errorf("%s on %s: %s", path, p.name, resp.Status)
 	}
 	return nil
+}
+
+// holding reports whether a write waits at the node's hold on partition.
+func (p *proc) holding(partition uint32) bool {
+	var v struct {
+		Waiting bool `json:"waiting"`
+	}
+	return p.getJSON(fmt.Sprintf("/debug/hold?partition=%d", partition), &v) == nil && v.Waiting
 }
 
 // view is the part of a node's status page the demo reads.

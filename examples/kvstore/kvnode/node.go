@@ -45,6 +45,7 @@ type Node struct {
 	grpc   *grpc.Server
 	status *http.Server
 	cut    *cutSet       // nil without Config.FaultControl
+	holds  *holdSet      // nil without Config.FaultControl
 	gossip *cutTransport // with Config.FaultControl; memberlist shuts it down
 
 	grpcLis, statusLis   net.Listener
@@ -191,6 +192,7 @@ func (n *Node) newCoordinator() (*coordinator.Coordinator, error) {
 	n.gates = make([]gate, partitions)
 	if n.cfg.FaultControl {
 		n.cut = newCutSet()
+		n.holds = newHoldSet()
 		var err error
 		if n.gossip, err = newCutTransport(host, port, n.cut, n.log); err != nil {
 			return nil, err

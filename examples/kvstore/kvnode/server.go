@@ -106,6 +106,9 @@ func (n *Node) put(ctx context.Context, lease *ownership.Lease, key string, valu
 		return fmt.Errorf("kvnode: partition %d is not open here: %w", lease.Partition(), ownership.ErrLeaseEnded)
 	}
 	t := lease.Token()
+	if n.holds != nil {
+		n.holds.wait(t.Partition, ctx.Done()) // fault control: a write paused at the worst moment
+	}
 	err := n.fence.Do(ctx, t, ownership.Exact, func(tx *sql.Tx) error {
 		return put(ctx, tx, t, key, value)
 	})

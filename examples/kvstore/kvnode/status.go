@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,10 @@ import (
 //	GET  /kv/stats     the node's counters as JSON (Stats)
 //	POST /debug/cut    ?peers=ip:port,... cuts this node off from those gossip
 //	                   addresses; no peers heals (only with FaultControl)
+//	POST /debug/hold   ?partition=N holds the next write to N before it reaches
+//	                   the database (Hold; only with FaultControl)
+//	GET  /debug/hold   ?partition=N: {"waiting": true} once a write waits there
+//	POST /debug/release ?partition=N lets it go on (Release)
 func (n *Node) statusServer() (*http.Server, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(n.c.Collector()); err != nil {
@@ -52,6 +57,46 @@ func (n *Node) statusServer() (*http.Server, error) {
 		default:
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(map[string][]string{"cut": peers})
+		}
+	})
+	// POST /debug/hold, /debug/release and GET /debug/hold, each with
+	// ?partition=N: Hold, Release and Holding.
+	partitionArg := func(w http.ResponseWriter, r *http.Request) (uint32, bool) {
+		p, err := strconv.ParseUint(r.URL.Query().Get("partition"), 10, 32)
+		if err != nil {
+			http.Error(w, "kvnode: want ?partition=N", http.StatusBadRequest)
+			return 0, false
+		}
+		return uint32(p), true
+	}
+	answer := func(w http.ResponseWriter, err error, v any) {
+		switch {
+		case errors.Is(err, errNoFaultControl):
+			http.Error(w, err.Error(), http.StatusNotFound)
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(v)
+		}
+	}
+	mux.HandleFunc("POST /debug/hold", func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := partitionArg(w, r); ok {
+			answer(w, n.Hold(p), map[string]uint32{"held": p})
+		}
+	})
+	mux.HandleFunc("POST /debug/release", func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := partitionArg(w, r); ok {
+			answer(w, n.Release(p), map[string]uint32{"released": p})
+		}
+	})
+	mux.HandleFunc("GET /debug/hold", func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := partitionArg(w, r); ok {
+			var err error
+			if n.holds == nil {
+				err = errNoFaultControl
+			}
+			answer(w, err, map[string]bool{"waiting": n.Holding(p)})
 		}
 	})
 	return &http.Server{Handler: mux, ReadHeaderTimeout: stopTimeout}, nil

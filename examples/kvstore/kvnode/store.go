@@ -46,7 +46,8 @@ func openDB(dataPath, dsn string) (*sql.DB, sqlfence.Dialect, error) {
 		if err != nil {
 			return nil, sqlfence.Dialect{}, fmt.Errorf("kvnode: PostgreSQL DSN: %w", err)
 		}
-		if _, ok := cfg.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		if _, ok := cfg.RuntimeParams["idle_in_transaction_session_timeout"]; !ok &&
+			!strings.Contains(cfg.RuntimeParams["options"], "idle_in_transaction_session_timeout") {
 			cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idleInTransaction.Milliseconds(), 10)
 		}
 		return stdlib.OpenDB(*cfg), sqlfence.Postgres(), nil
@@ -116,10 +117,18 @@ func createSchema(ctx context.Context, db *sql.DB, d sqlfence.Dialect, f *sqlfen
 			}
 		}
 		if err == nil {
-			return nil
+			break
 		}
 	}
-	return fmt.Errorf("kvnode: create schema: %w", err)
+	if err != nil {
+		return fmt.Errorf("kvnode: create schema: %w", err)
+	}
+	// CREATE TABLE IF NOT EXISTS leaves a kv_log from an older kvstore as it
+	// was: say so now rather than fail every write.
+	if _, err := db.ExecContext(ctx, `SELECT mark_epoch, mark_owner, mark_incarnation FROM kv_log WHERE 1 = 0`); err != nil {
+		return fmt.Errorf("kvnode: table kv_log predates the mark columns (drop kv and kv_log, or use a new database): %w", err)
+	}
+	return nil
 }
 
 const (
@@ -162,7 +171,13 @@ func put(ctx context.Context, tx *sql.Tx, t ownership.Token, key string, value [
 //   - its token is lower than one applied before it in the partition
 //     (ownership.Token.Compare, epoch first), in commit order.
 //
-// So zero violations means no stale write was accepted (S1, S2).
+// So zero violations means no stale write was accepted (S1, S2). The mark
+// check relies on the fence holding the partition's row locked from its
+// check to the commit (as sqlfence does): a fence that checked without
+// that lock could let a newer fence commit after the record was written.
+//
+// Only the records of keys that start with keyPrefix are read ("" for
+// all): a run that shares the database with others checks its own.
 //
 // Commit order within a partition is id order: a write's fenced transaction
 // locks its partition's fence row before it inserts its log record and
@@ -171,10 +186,10 @@ func put(ctx context.Context, tx *sql.Tx, t ownership.Token, key string, value [
 // time overall).
 //
 // rows is the number of log records read.
-func VerifyLog(ctx context.Context, db *sql.DB) (rows, violations int, err error) {
+func VerifyLog(ctx context.Context, db *sql.DB, keyPrefix string) (rows, violations int, err error) {
 	rs, err := db.QueryContext(ctx, `SELECT partition, epoch, owner, incarnation,
 	COALESCE(mark_epoch, 0), COALESCE(mark_owner, ''), COALESCE(mark_incarnation, '')
-FROM kv_log ORDER BY partition, id`)
+FROM kv_log WHERE substr(key, 1, $1) = $2 ORDER BY partition, id`, len(keyPrefix), keyPrefix)
 	if err != nil {
 		return 0, 0, fmt.Errorf("kvnode: read kv_log: %w", err)
 	}

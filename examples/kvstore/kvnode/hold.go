@@ -1,0 +1,96 @@
+package kvnode
+
+import (
+	"sync"
+)
+
+// This file is the machinery of Node.Hold and Node.Release: a pause of one
+// write at the worst moment, after the node has taken the lease's token and
+// passed the partition's gate, before it sends the write to the database.
+// A demo or test holds a write there, lets the partition move (pause the
+// node, cut it off), releases it, and watches the fence reject it.
+
+// holdSet is the partitions whose next write waits, and the writes
+// waiting. It is safe for concurrent use.
+type holdSet struct {
+	mu    sync.Mutex
+	holds map[uint32]*hold
+}
+
+type hold struct {
+	waiting bool          // a write is waiting at the hold
+	release chan struct{} // closed by Release
+}
+
+func newHoldSet() *holdSet { return &holdSet{holds: map[uint32]*hold{}} }
+
+// arm makes the next write to partition p wait until release.
+func (s *holdSet) arm(p uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.holds[p]; !ok {
+		s.holds[p] = &hold{release: make(chan struct{})}
+	}
+}
+
+// wait blocks a write to partition p at an armed hold until it is released
+// or done is closed; a hold stops one write only.
+func (s *holdSet) wait(p uint32, done <-chan struct{}) {
+	s.mu.Lock()
+	h, ok := s.holds[p]
+	if !ok || h.waiting {
+		s.mu.Unlock()
+		return
+	}
+	h.waiting = true
+	s.mu.Unlock()
+	select {
+	case <-h.release:
+	case <-done:
+	}
+}
+
+// waiting reports whether a write waits at partition p's hold.
+func (s *holdSet) waiting(p uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.holds[p]
+	return ok && h.waiting
+}
+
+// release lets partition p's held write (if any) go on and disarms the hold.
+func (s *holdSet) release(p uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.holds[p]; ok {
+		close(h.release)
+		delete(s.holds, p)
+	}
+}
+
+// Hold makes the next write to partition p wait, after it has passed the
+// partition's gate with its lease's token and before it reaches the
+// database, until Release(p) or the node stops. It needs
+// Config.FaultControl.
+func (n *Node) Hold(p uint32) error {
+	if n.holds == nil {
+		return errNoFaultControl
+	}
+	n.holds.arm(p)
+	n.log.Warn("fault control: hold the next write", "partition", p)
+	return nil
+}
+
+// Holding reports whether a write waits at partition p's hold.
+func (n *Node) Holding(p uint32) bool { return n.holds != nil && n.holds.waiting(p) }
+
+// Release lets the write held at partition p go on. It needs
+// Config.FaultControl.
+func (n *Node) Release(p uint32) error {
+	if n.holds == nil {
+		return errNoFaultControl
+	}
+	n.holds.release(p)
+	n.log.Warn("fault control: release the held write", "partition", p)
+	return nil
+}
