@@ -1,7 +1,9 @@
 package kvnode
 
 import (
+	"context"
 	"sync"
+	"time"
 )
 
 // This file is the machinery of Node.Hold and Node.Release: a pause of one
@@ -13,8 +15,10 @@ import (
 // holdSet is the partitions whose next write waits, and the writes
 // waiting. It is safe for concurrent use.
 type holdSet struct {
-	mu    sync.Mutex
-	holds map[uint32]*hold
+	mu     sync.Mutex
+	holds  map[uint32]*hold
+	closed chan struct{} // closed when the node stops: held writes go on
+	once   sync.Once
 }
 
 type hold struct {
@@ -22,7 +26,10 @@ type hold struct {
 	release chan struct{} // closed by Release
 }
 
-func newHoldSet() *holdSet { return &holdSet{holds: map[uint32]*hold{}} }
+func newHoldSet() *holdSet { return &holdSet{holds: map[uint32]*hold{}, closed: make(chan struct{})} }
+
+// close lets every held write go on, for good.
+func (s *holdSet) close() { s.once.Do(func() { close(s.closed) }) }
 
 // arm makes the next write to partition p wait until release.
 func (s *holdSet) arm(p uint32) {
@@ -34,21 +41,29 @@ func (s *holdSet) arm(p uint32) {
 }
 
 // wait blocks a write to partition p at an armed hold until it is released
-// or done is closed; a hold stops one write only.
-func (s *holdSet) wait(p uint32, done <-chan struct{}) {
+// or the node stops; a hold stops one write only. A held write models a
+// node paused with its write already on the way to the database, past
+// every check of its context: the write goes on under a context that the
+// call's (and so the lease's) end no longer cancels, bounded by
+// heldWriteTimeout. wait returns the context the write must use.
+func (s *holdSet) wait(ctx context.Context, p uint32) (context.Context, context.CancelFunc) {
 	s.mu.Lock()
 	h, ok := s.holds[p]
 	if !ok || h.waiting {
 		s.mu.Unlock()
-		return
+		return ctx, func() {}
 	}
 	h.waiting = true
 	s.mu.Unlock()
 	select {
 	case <-h.release:
-	case <-done:
+	case <-s.closed:
 	}
+	return context.WithTimeout(context.WithoutCancel(ctx), heldWriteTimeout)
 }
+
+// heldWriteTimeout bounds a write after its hold is released.
+const heldWriteTimeout = 10 * time.Second
 
 // waiting reports whether a write waits at partition p's hold.
 func (s *holdSet) waiting(p uint32) bool {
@@ -70,8 +85,9 @@ func (s *holdSet) release(p uint32) {
 
 // Hold makes the next write to partition p wait, after it has passed the
 // partition's gate with its lease's token and before it reaches the
-// database, until Release(p) or the node stops. It needs
-// Config.FaultControl.
+// database, until Release(p) or the node stops. Released, it goes on even
+// if its lease ended meanwhile, as a write already on the wire would: only
+// the fence can stop it. It needs Config.FaultControl.
 func (n *Node) Hold(p uint32) error {
 	if n.holds == nil {
 		return errNoFaultControl

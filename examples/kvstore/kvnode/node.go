@@ -267,6 +267,9 @@ func (n *Node) Close() error {
 // stop stops serving and closes everything Start opened, in reverse order.
 // graceful lets calls in flight finish, within stopTimeout.
 func (n *Node) stop(graceful bool) {
+	if n.holds != nil {
+		n.holds.close()
+	}
 	if n.c != nil {
 		n.c.Close() // after Leave, a no-op
 	}

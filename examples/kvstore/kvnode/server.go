@@ -106,8 +106,10 @@ func (n *Node) put(ctx context.Context, lease *ownership.Lease, key string, valu
 		return fmt.Errorf("kvnode: partition %d is not open here: %w", lease.Partition(), ownership.ErrLeaseEnded)
 	}
 	t := lease.Token()
-	if n.holds != nil {
-		n.holds.wait(t.Partition, ctx.Done()) // fault control: a write paused at the worst moment
+	if n.holds != nil { // fault control: a write paused at the worst moment
+		var cancel context.CancelFunc
+		ctx, cancel = n.holds.wait(ctx, t.Partition)
+		defer cancel()
 	}
 	err := n.fence.Do(ctx, t, ownership.Exact, func(tx *sql.Tx) error {
 		return put(ctx, tx, t, key, value)
