@@ -438,6 +438,7 @@ func stopChild(ctx context.Context, t *testing.T, pid int, path string) {
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
+		waitStopped(ctx, t, pid)
 		if free() {
 			return
 		}
@@ -447,4 +448,26 @@ func stopChild(ctx context.Context, t *testing.T, pid int, path string) {
 		hold(ctx, 10*time.Millisecond)
 	}
 	t.Fatal("the child held the SQLite write lock at every one of 50 stops")
+}
+
+// waitStopped waits until the kernel reports pid stopped (state T in
+// /proc/<pid>/stat): kill returns before every thread has stopped, and the
+// lock probe must not race a thread still finishing a write.
+func waitStopped(ctx context.Context, t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatalf("read the child's state: %v", err)
+		}
+		// "pid (comm) S ...": the state follows the last ')'.
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'T' {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child (pid %d) did not stop within 5 s of SIGSTOP", pid)
+		}
+		hold(ctx, time.Millisecond)
+	}
 }
