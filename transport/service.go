@@ -113,26 +113,39 @@ func (s *OwnershipService) Watch(_ *pb.WatchRequest, stream grpc.ServerStreaming
 	defer tick.Stop()
 
 	var last []*pb.PartitionOwner // by partition; nil until the first snapshot
+	update := func() error {
+		t := s.src.Table()
+		if t == nil {
+			return nil
+		}
+		cur := s.scan(t.Partitions())
+		snapshot := len(last) != len(cur)
+		var changed []*pb.PartitionOwner
+		for p, o := range cur {
+			if snapshot || !samePartitionOwner(last[p], o) {
+				changed = append(changed, o)
+			}
+		}
+		if err := s.send(stream, snapshot, uint32(len(cur)), changed); err != nil {
+			return err
+		}
+		last = cur
+		return nil
+	}
 	for {
-		if t := s.src.Table(); t != nil {
-			cur := s.scan(t.Partitions())
-			snapshot := len(last) != len(cur)
-			var changed []*pb.PartitionOwner
-			for p, o := range cur {
-				if snapshot || !samePartitionOwner(last[p], o) {
-					changed = append(changed, o)
-				}
-			}
-			if err := s.send(stream, snapshot, uint32(len(cur)), changed); err != nil {
-				return err
-			}
-			last = cur
+		if err := update(); err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		case _, ok := <-events:
 			if !ok {
+				// The node is closing: its last releases may have landed
+				// after the last scan. Send them, then end.
+				if err := update(); err != nil {
+					return err
+				}
 				return status.Error(codes.Unavailable, "tenure: the node is shutting down")
 			}
 		case <-tick.C:
