@@ -1,23 +1,5 @@
 //go:build unix
 
-// Command demo starts a tenure cluster of five kvstore nodes as child
-// processes on loopback, drives a concurrent workload of fenced writes
-// through them, and injects faults in turn: a pause of a node past its
-// lease (a real SIGSTOP), a crash (SIGKILL) and a restart under the same
-// name, a network cut between two groups of nodes, and a graceful leave.
-// The nodes keep their data in one SQLite file (or PostgreSQL with -dsn),
-// every write fenced with its lease's token.
-//
-// It ends with a report, reads every key back, checks the write log, and
-// exits non-zero if an acknowledged write was lost or a stale write was
-// accepted.
-//
-//	go run ./examples/demo                 # about a minute
-//	go run ./examples/demo -phase 300ms    # the short run CI does
-//	go run ./examples/demo -phase 10s -writers 32 -partitions 271
-//
-// The nodes are this same program started with the hidden first argument
-// "kvnode"; that runs examples/kvstore's node (kvnode.Main).
 package main
 
 import (
