@@ -51,7 +51,7 @@ var tokenText = base64.RawURLEncoding.Strict()
 // AppendBinary appends the binary encoding of t to b. It fails, wrapping
 // ErrMalformedToken, only when the owner is longer than MaxOwnerSize.
 func (t Token) AppendBinary(b []byte) ([]byte, error) {
-	return appendToken(b, t, 0)
+	return appendToken(b, t, false)
 }
 
 // MarshalBinary returns the binary encoding of t.
@@ -144,26 +144,36 @@ func uvarintLen(v uint64) int {
 	return n
 }
 
-// appendToken appends the encoding of t with the given extra flags (only
-// claimFlagReleased).
-func appendToken(b []byte, t Token, flags byte) ([]byte, error) {
+// appendToken appends the encoding of t, with the release flag set if
+// released (a Claim's encoding).
+func appendToken(b []byte, t Token, released bool) ([]byte, error) {
 	if len(t.Owner) > MaxOwnerSize {
 		return b, malformed("owner is %d bytes, at most %d", len(t.Owner), MaxOwnerSize)
 	}
-	signed := t.MAC != ([MACSize]byte{})
-	if signed {
-		flags |= tokenFlagMAC
-	}
+	flags := encodeFlags(&t, released)
 	b = append(b, tokenVersion, flags)
 	b = binary.AppendUvarint(b, uint64(t.Partition))
 	b = binary.AppendUvarint(b, t.Epoch)
 	b = binary.AppendUvarint(b, t.Incarnation)
 	b = append(b, byte(len(t.Owner)))
 	b = append(b, t.Owner...)
-	if signed {
+	if flags&tokenFlagMAC != 0 {
 		b = append(b, t.MAC[:]...)
 	}
 	return b, nil
+}
+
+// encodeFlags returns the flags byte of the encodings of t and of its claims:
+// tokenFlagMAC if t is signed, claimFlagReleased if released.
+func encodeFlags(t *Token, released bool) byte {
+	var f byte
+	if t.MAC != ([MACSize]byte{}) {
+		f |= tokenFlagMAC
+	}
+	if released {
+		f |= claimFlagReleased
+	}
+	return f
 }
 
 // decodeToken decodes a token whose flags may include the extra bits in

@@ -145,13 +145,13 @@ type part struct {
 	// mark is the highest token a fence has reported for the partition.
 	mark Token
 	// fencedView is the view in which this node was fenced out by a live
-	// member; it does not claim again until the view changes (L5).
+	// member; it does not claim again until the view changes (L5). 0 if it
+	// was not: views start at 1 with the first placement.
 	fencedView uint64
-	fenced     bool
-	// waitFor/waitSince track how long we have waited on holder waitFor.
+	// waitFor is the holder we are waiting on, since tick waitSince; the
+	// zero claim if none.
 	waitFor   Claim
 	waitSince uint64
-	waiting   bool
 	retryAt   uint64
 }
 
@@ -162,15 +162,15 @@ type part struct {
 //
 // A Machine is not safe for concurrent use: the shell serializes calls.
 type Machine struct {
-	cfg     MachineConfig
-	parts   []part
-	place   Placement
-	view    uint64 // bumped by every SetPlacement
-	now     uint64 // ticks
-	quorum  bool
-	noQuorm int // consecutive ticks without quorum
-	leaving bool
-	out     []Action
+	cfg      MachineConfig
+	parts    []part
+	place    Placement
+	view     uint64 // bumped by every SetPlacement
+	now      uint64 // ticks
+	quorum   bool
+	noQuorum int // consecutive ticks without quorum
+	leaving  bool
+	out      []Action
 }
 
 // NewMachine returns a machine that owns nothing and has no placement; it
@@ -245,7 +245,7 @@ func (m *Machine) SetQuorum(ok bool) {
 	}
 	m.quorum = ok
 	if ok {
-		m.noQuorm = 0
+		m.noQuorum = 0
 	}
 	m.stepAll()
 }
@@ -254,7 +254,7 @@ func (m *Machine) SetQuorum(ok bool) {
 func (m *Machine) Tick() {
 	m.now++
 	if !m.quorum {
-		m.noQuorm++
+		m.noQuorum++
 	}
 	m.stepAll()
 }
@@ -348,14 +348,11 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 // Acquired feeds the outcome of an ActAcquire: the fence and the handler's
 // Acquire. A *StaleTokenError means the resource holds a higher token.
 func (m *Machine) Acquired(t Token, err error) {
+	s := m.held(t)
+	if s == nil || s.phase != Acquiring {
+		return
+	}
 	p := t.Partition
-	if int(p) >= len(m.parts) {
-		return
-	}
-	s := &m.parts[p]
-	if s.phase != Acquiring || !s.token.Same(t) {
-		return
-	}
 	if err == nil {
 		s.phase = Owned
 		m.step(p)
@@ -375,31 +372,34 @@ func (m *Machine) Acquired(t Token, err error) {
 // Rejected reports that the resource rejected a write under t because it
 // holds current: the lease of t is revoked.
 func (m *Machine) Rejected(t Token, current Token) {
-	p := t.Partition
-	if int(p) >= len(m.parts) {
+	if m.held(t) == nil {
 		return
 	}
-	s := &m.parts[p]
-	if s.phase < Acquiring || !s.token.Same(t) {
-		return
-	}
-	m.lose(p, current)
-	m.step(p)
+	m.lose(t.Partition, current)
+	m.step(t.Partition)
 }
 
 // Released reports that the handler's Release for t has returned (or
 // overran its deadline). The lease ends and the release is published.
 func (m *Machine) Released(t Token) {
-	p := t.Partition
-	if int(p) >= len(m.parts) {
+	if s := m.held(t); s == nil || s.phase != Releasing {
 		return
 	}
-	s := &m.parts[p]
-	if s.phase != Releasing || !s.token.Same(t) {
-		return
+	m.giveBack(t.Partition)
+	m.step(t.Partition)
+}
+
+// held returns the state of t's partition if t is this node's grant of it
+// (Acquiring, Owned or Releasing), and nil otherwise.
+func (m *Machine) held(t Token) *part {
+	if int(t.Partition) >= len(m.parts) {
+		return nil
 	}
-	m.giveBack(p)
-	m.step(p)
+	s := &m.parts[t.Partition]
+	if s.phase < Acquiring || !s.token.Same(t) {
+		return nil
+	}
+	return s
 }
 
 // giveBack ends this node's grant of p and publishes its release, so the
@@ -439,7 +439,6 @@ func (m *Machine) lose(p uint32, higher Token) {
 	// so two nodes with different views don't fence each other in turn.
 	// A dead or former self holds nothing that needs respecting.
 	if m.live(higher) {
-		s.fenced = true
 		s.fencedView = m.view
 	}
 }
@@ -485,15 +484,15 @@ func (m *Machine) step(p uint32) {
 		}
 	case Unowned:
 		if !m.wants(p) {
-			s.waiting = false
+			s.waitFor = Claim{}
 			return
 		}
-		if s.fenced && s.fencedView == m.view && !s.holder.Released {
+		if s.fencedView == m.view && !s.holder.Released {
 			// Fenced out by a live rival: don't contest it until the view
 			// changes (L5), unless it has since released the partition.
 			return
 		}
-		s.fenced = false
+		s.fencedView = 0
 		if m.now < s.retryAt {
 			return
 		}
@@ -512,7 +511,7 @@ func (m *Machine) step(p uint32) {
 // stepDown reports whether the quorum has been missing long enough to
 // revoke every lease.
 func (m *Machine) stepDown() bool {
-	return !m.quorum && m.noQuorm >= m.cfg.StepDownTicks
+	return !m.quorum && m.noQuorum >= m.cfg.StepDownTicks
 }
 
 // mayClaim decides, for an unowned partition the ring assigns here, whether
@@ -521,11 +520,11 @@ func (m *Machine) mayClaim(p uint32) bool {
 	s := &m.parts[p]
 	h := s.holder
 	if h.Token.IsZero() || h.Released || h.Token.Owner == m.cfg.Self.Name {
-		s.waiting = false
+		s.waitFor = Claim{}
 		return true
 	}
-	if !s.waiting || s.waitFor != h {
-		s.waiting, s.waitFor, s.waitSince = true, h, m.now
+	if s.waitFor != h {
+		s.waitFor, s.waitSince = h, m.now
 	}
 	waited := m.now - s.waitSince
 	if m.live(h.Token) {
@@ -537,7 +536,7 @@ func (m *Machine) mayClaim(p uint32) bool {
 		// The holder left without a release: give it the grace period.
 		return false
 	}
-	s.waiting = false
+	s.waitFor = Claim{}
 	return true
 }
 

@@ -92,18 +92,7 @@ func (f *MemoryFence) Fence(ctx context.Context, t Token) (Token, error) {
 	if err := f.verify(t, p.mark.Load()); err != nil {
 		return Token{}, err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	cur := p.mark.Load()
-	switch c := t.Compare(*cur); {
-	case c > 0:
-		p.mark.Store(&t)
-		return t, nil
-	case c == 0:
-		return *cur, nil
-	default:
-		return *cur, Stale(t, *cur)
-	}
+	return p.advance(t)
 }
 
 // Check reports whether a write under t may proceed now:
@@ -142,7 +131,8 @@ func (f *MemoryFence) check(t Token, m Mode) error {
 		return err
 	}
 	if m == Monotonic && t.Compare(*cur) > 0 {
-		return p.advance(t)
+		_, err := p.advance(t)
+		return err
 	}
 	return Judge(t, *cur)
 }
@@ -178,7 +168,7 @@ func (f *MemoryFence) Do(ctx context.Context, t Token, m Mode, fn func() error) 
 	if m == Monotonic && t.Compare(*p.mark.Load()) > 0 {
 		// Advancing needs the partition to itself.
 		p.mu.RUnlock()
-		err := p.advance(t)
+		_, err := p.advance(t)
 		p.mu.RLock()
 		if err != nil {
 			return err
@@ -222,18 +212,19 @@ func (f *MemoryFence) verify(t Token, mark *Token) error {
 	return f.keys.Verify(t)
 }
 
-// advance makes t the mark if it is higher, once no Do is running.
-func (p *memPartition) advance(t Token) error {
+// advance makes t the mark if it is higher, once no Do is running, and
+// returns the mark; a lower t gets the mark and a *StaleTokenError.
+func (p *memPartition) advance(t Token) (Token, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cur := p.mark.Load()
 	switch c := t.Compare(*cur); {
 	case c > 0:
 		p.mark.Store(&t)
-		return nil
+		return t, nil
 	case c == 0:
-		return nil
+		return *cur, nil
 	default:
-		return Stale(t, *cur)
+		return *cur, Stale(t, *cur)
 	}
 }

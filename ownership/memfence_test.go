@@ -537,12 +537,23 @@ func TestMemoryFenceConcurrentCheck(t *testing.T) {
 	}
 }
 
-func BenchmarkMemoryFenceCheck(b *testing.B) {
-	f, _ := NewMemoryFence(64)
-	tok := memTok(17, 5, "node-7.example")
+// benchFence returns a fence of 64 partitions that verifies tokens under
+// keys (if not nil), and a token signed by keys that it has fenced.
+func benchFence(b *testing.B, keys *Keyring) (*MemoryFence, Token) {
+	b.Helper()
+	f, err := NewMemoryFenceConfig(MemoryFenceConfig{Partitions: 64, Keyring: keys})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok := keys.Sign(memTok(17, 5, "node-7.example"))
 	if _, err := f.Fence(context.Background(), tok); err != nil {
 		b.Fatal(err)
 	}
+	return f, tok
+}
+
+func BenchmarkMemoryFenceCheck(b *testing.B) {
+	f, tok := benchFence(b, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := f.Check(tok, Exact); err != nil {
@@ -552,11 +563,7 @@ func BenchmarkMemoryFenceCheck(b *testing.B) {
 }
 
 func BenchmarkMemoryFenceCheckParallel(b *testing.B) {
-	f, _ := NewMemoryFence(64)
-	tok := memTok(17, 5, "node-7.example")
-	if _, err := f.Fence(context.Background(), tok); err != nil {
-		b.Fatal(err)
-	}
+	f, tok := benchFence(b, nil)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -570,11 +577,7 @@ func BenchmarkMemoryFenceCheckParallel(b *testing.B) {
 
 func BenchmarkMemoryFenceCheckKeyring(b *testing.B) {
 	k, _ := NewKeyring(macTestKey(1))
-	f, _ := NewMemoryFenceConfig(MemoryFenceConfig{Partitions: 64, Keyring: k})
-	tok := k.Sign(memTok(17, 5, "node-7.example"))
-	if _, err := f.Fence(context.Background(), tok); err != nil {
-		b.Fatal(err)
-	}
+	f, tok := benchFence(b, k)
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := f.Check(tok, Exact); err != nil {
@@ -585,11 +588,7 @@ func BenchmarkMemoryFenceCheckKeyring(b *testing.B) {
 
 func BenchmarkMemoryFenceDo(b *testing.B) {
 	ctx := context.Background()
-	f, _ := NewMemoryFence(64)
-	tok := memTok(17, 5, "node-7.example")
-	if _, err := f.Fence(ctx, tok); err != nil {
-		b.Fatal(err)
-	}
+	f, tok := benchFence(b, nil)
 	fn := func() error { return nil }
 	b.ReportAllocs()
 	for b.Loop() {
@@ -601,11 +600,7 @@ func BenchmarkMemoryFenceDo(b *testing.B) {
 
 func BenchmarkMemoryFenceDoParallel(b *testing.B) {
 	ctx := context.Background()
-	f, _ := NewMemoryFence(64)
-	tok := memTok(17, 5, "node-7.example")
-	if _, err := f.Fence(ctx, tok); err != nil {
-		b.Fatal(err)
-	}
+	f, tok := benchFence(b, nil)
 	fn := func() error { return nil }
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -51,11 +51,7 @@ func (c Claim) String() string {
 // most MaxTokenSize bytes, and an unreleased claim's encoding is its
 // token's.
 func (c Claim) AppendBinary(b []byte) ([]byte, error) {
-	var flags byte
-	if c.Released {
-		flags = claimFlagReleased
-	}
-	return appendToken(b, c.Token, flags)
+	return appendToken(b, c.Token, c.Released)
 }
 
 // MarshalBinary returns the encoding of c.
@@ -123,9 +119,9 @@ func (r *Register) Len() int {
 func (r *Register) Observe(t Token) bool { return r.ObserveClaim(Claim{Token: t}) }
 
 // ObserveClaim records c if it is higher than the claim held for its
-// partition (or equal with a greater MAC), and reports whether it was. A claim with the zero token, for a
-// partition out of range, or with an owner longer than MaxOwnerSize is
-// ignored (false).
+// partition (or equal with a greater MAC), and reports whether it was. A
+// claim with the zero token, for a partition out of range, or with an owner
+// longer than MaxOwnerSize is ignored (false).
 func (r *Register) ObserveClaim(c Claim) bool {
 	if !r.valid(c) {
 		return false
@@ -286,16 +282,9 @@ func (r *Register) AppendBinary(b []byte) ([]byte, error) {
 		next = t.Partition + 1
 		b = binary.AppendUvarint(b, uint64(index[t.Node()]))
 		b = binary.AppendUvarint(b, t.Epoch)
-		var flags byte
-		signed := t.MAC != ([MACSize]byte{})
-		if signed {
-			flags |= tokenFlagMAC
-		}
-		if c.Released {
-			flags |= claimFlagReleased
-		}
+		flags := encodeFlags(&t, c.Released)
 		b = append(b, flags)
-		if signed {
+		if flags&tokenFlagMAC != 0 {
 			b = append(b, t.MAC[:]...)
 		}
 	}

@@ -386,10 +386,7 @@ func FuzzUnmarshalRegister(f *testing.F) {
 	f.Add([]byte{1, 8, 2, 1, 'a', 1, 1, 'b', 1, 2, 0, 0, 1, 0, 0, 1, 1, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := UnmarshalRegister(b)
-		if err != nil {
-			if !errors.Is(err, ErrMalformedToken) {
-				t.Fatalf("error %v does not wrap ErrMalformedToken", err)
-			}
+		if decodeFailed(t, err) {
 			return
 		}
 		again, err := r.MarshalBinary()
@@ -417,10 +414,7 @@ func FuzzParseClaim(f *testing.F) {
 	f.Add([]byte{1, 2, 0, 1, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseClaim(b)
-		if err != nil {
-			if !errors.Is(err, ErrMalformedToken) {
-				t.Fatalf("error %v does not wrap ErrMalformedToken", err)
-			}
+		if decodeFailed(t, err) {
 			return
 		}
 		again, err := c.MarshalBinary()

@@ -191,9 +191,10 @@ func (t *Table) findStarts() {
 }
 
 // sortPoints sorts points by hash, keeping points of equal hash in their
-// input order, and returns the sorted slice (a or a new one). It is an LSD radix sort, one byte per pass: building the ring
-// of a thousand members is a sort of a few hundred thousand points, which a
-// comparison sort makes the dominant cost of New.
+// input order, and returns the sorted slice (a or a new one). It is an LSD
+// radix sort, one byte per pass: building the ring of a thousand members is
+// a sort of a few hundred thousand points, which a comparison sort makes the
+// dominant cost of New.
 func sortPoints(a []point) []point {
 	if len(a) < 2 {
 		return a

@@ -116,14 +116,9 @@ func (f *Fence) Fence(ctx context.Context, t ownership.Token) (ownership.Token, 
 	if err := f.check(t); err != nil {
 		return ownership.Token{}, err
 	}
-	args := tokenArgs(t)
-	res, err := f.db.ExecContext(ctx, f.sql.fence, args[:]...)
-	if err != nil {
+	if raised, err := f.raise(ctx, f.db, t); err != nil {
 		return ownership.Token{}, fmt.Errorf("sqlfence: fence %v: %w", t, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return ownership.Token{}, fmt.Errorf("sqlfence: fence %v: %w", t, err)
-	} else if n == 1 {
+	} else if raised {
 		return t, nil
 	}
 	// The mark was at or above t; it can only have grown since.
@@ -270,14 +265,9 @@ func (f *Fence) hold(ctx context.Context, tx *sql.Tx, t ownership.Token, m owner
 	if m == ownership.Exact || t.Compare(mark) <= 0 {
 		return ownership.Judge(t, mark)
 	}
-	args := tokenArgs(t)
-	res, err := tx.ExecContext(ctx, f.sql.fence, args[:]...)
-	if err != nil {
+	if raised, err := f.raise(ctx, tx, t); err != nil {
 		return fmt.Errorf("sqlfence: advance to %v: %w", t, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("sqlfence: advance to %v: %w", t, err)
-	} else if n == 1 {
+	} else if raised {
 		return nil // inserted or updated: the row is ours until the end
 	}
 	// Another transaction inserted the row first (PostgreSQL, when the row
@@ -322,14 +312,25 @@ func checkName(name string) error {
 	return nil
 }
 
-// tokenArgs returns t as the parameters $1..$4 of the fence statement.
-func tokenArgs(t ownership.Token) [4]any {
-	return [4]any{int64(t.Partition), int64(t.Epoch), t.Owner, incarnationText(t.Incarnation)}
+// raise runs the fence statement for t on e and reports whether it
+// inserted or updated the partition's row: whether t is now the mark and was
+// not before.
+func (f *Fence) raise(ctx context.Context, e execer, t ownership.Token) (bool, error) {
+	res, err := e.ExecContext(ctx, f.sql.fence, int64(t.Partition), int64(t.Epoch), t.Owner, incarnationText(t.Incarnation))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // incarnationText is the stored form of an incarnation: fixed-width hex,
 // so that text order is numeric order.
 func incarnationText(inc uint64) string { return fmt.Sprintf("%016x", inc) }
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
 
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row

@@ -97,16 +97,9 @@ func TestFenceOrder(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
-			table := uniqueName(t, db, "tenure_fence")
-			f, err := sqlfence.New(db, b.dialect, sqlfence.Config{Table: table})
-			if err != nil {
-				t.Fatal(err)
-			}
+			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
 			ctx, cancel := testContext(t)
 			defer cancel()
-			if err := f.CreateSchema(ctx); err != nil {
-				t.Fatal(err)
-			}
 			rng := rand.New(rand.NewPCG(1, 2))
 			checkOrder := func(from uint32) {
 				t.Helper()
@@ -155,9 +148,11 @@ func TestFenceOrder(t *testing.T) {
 					t.Fatal(err)
 				}
 				// New connections: the old ones cached plans for the old type.
-				if f, err = sqlfence.New(b.open(t), b.dialect, sqlfence.Config{Table: table}); err != nil {
+				fresh, err := sqlfence.New(b.open(t), b.dialect, sqlfence.Config{Table: table})
+				if err != nil {
 					t.Fatal(err)
 				}
+				f = fresh
 				checkOrder(1000)
 			}
 		})
@@ -319,7 +314,7 @@ func TestFenceWaitsForDo(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
-			f, table := newFenceTable(t, db, b.dialect)
+			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
 			kv := newKV(t, db)
 			ctx, cancel := testContext(t)
 			defer cancel()
@@ -461,15 +456,9 @@ func TestVerifier(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
-			f, err := sqlfence.New(db, b.dialect, sqlfence.Config{Table: uniqueName(t, db, "tenure_fence"), Verifier: keys})
-			if err != nil {
-				t.Fatal(err)
-			}
+			f, _ := newFenceTable(t, db, b.dialect, sqlfence.Config{Verifier: keys})
 			ctx, cancel := testContext(t)
 			defer cancel()
-			if err := f.CreateSchema(ctx); err != nil {
-				t.Fatal(err)
-			}
 			good := keys.Sign(tok(1, 1, "good", 1))
 			forged := good
 			forged.Epoch = 1 << 40

@@ -75,15 +75,17 @@ func uniqueName(t testing.TB, db *sql.DB, prefix string) string {
 // newFence returns a fence on a fresh table of db with its schema created.
 func newFence(t testing.TB, db *sql.DB, d sqlfence.Dialect) *sqlfence.Fence {
 	t.Helper()
-	f, _ := newFenceTable(t, db, d)
+	f, _ := newFenceTable(t, db, d, sqlfence.Config{})
 	return f
 }
 
-// newFenceTable is newFence that also returns the table's name.
-func newFenceTable(t testing.TB, db *sql.DB, d sqlfence.Dialect) (*sqlfence.Fence, string) {
+// newFenceTable is newFence configured by cfg (whose Table it sets) that
+// also returns the table's name.
+func newFenceTable(t testing.TB, db *sql.DB, d sqlfence.Dialect, cfg sqlfence.Config) (*sqlfence.Fence, string) {
 	t.Helper()
 	table := uniqueName(t, db, "tenure_fence")
-	f, err := sqlfence.New(db, d, sqlfence.Config{Table: table})
+	cfg.Table = table
+	f, err := sqlfence.New(db, d, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
