@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/ownership"
-	"github.com/tenure-go/tenure/ring"
 )
 
 // testPartitions keeps cluster tests quick; the algorithm is the same at 271.
@@ -90,7 +89,7 @@ func newTestCluster(t *testing.T, tweak func(*Config)) *testCluster {
 func testConfig(name string) Config {
 	cfg := LocalConfig()
 	cfg.Name = name
-	cfg.Ring = ring.Config{Partitions: testPartitions, VirtualNodes: ring.DefaultConfig().VirtualNodes, Load: ring.DefaultConfig().Load}
+	cfg.Ring.Partitions = testPartitions
 	cfg.Rand = rand.New(rand.NewPCG(uint64(len(name)), uint64(time.Now().UnixNano())))
 	return cfg
 }
@@ -124,6 +123,16 @@ func (tc *testCluster) start(ctx context.Context, name string) *testNode {
 	tc.nodes[name] = n
 	tc.mu.Unlock()
 	return n
+}
+
+// startNodes starts nodes prefix0 .. prefix<n-1> and waits until they
+// converged.
+func (tc *testCluster) startNodes(ctx context.Context, prefix string, n int) {
+	tc.t.Helper()
+	for i := range n {
+		tc.start(ctx, fmt.Sprintf("%s%d", prefix, i))
+	}
+	tc.waitConverged(ctx)
 }
 
 func (tc *testCluster) all() []*testNode {
@@ -267,10 +276,7 @@ func TestClusterJoinConverges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
-	for i := range 3 {
-		tc.start(ctx, fmt.Sprintf("n%d", i))
-	}
-	tc.waitConverged(ctx)
+	tc.startNodes(ctx, "n", 3)
 	// A fourth joins: partitions move to it, and only those change epoch.
 	before := map[int]ownership.Token{}
 	for p := range testPartitions {
@@ -317,10 +323,7 @@ func TestClusterGracefulLeaveHasNoRejectedWrites(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
-	for i := range 4 {
-		tc.start(ctx, fmt.Sprintf("n%d", i))
-	}
-	tc.waitConverged(ctx)
+	tc.startNodes(ctx, "n", 4)
 	handoff, rejected, acked := gracefulLeave(ctx, t, tc, "n2")
 	if rejected != 0 {
 		t.Fatalf("%d writes rejected during a graceful leave, want 0", rejected)
@@ -364,10 +367,7 @@ func TestClusterCrashFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
-	for i := range 3 {
-		tc.start(ctx, fmt.Sprintf("n%d", i))
-	}
-	tc.waitConverged(ctx)
+	tc.startNodes(ctx, "n", 3)
 	owned := tc.node("n1").h.acquired.Load()
 	if owned == 0 {
 		t.Fatal("n1 owns nothing")
@@ -390,10 +390,7 @@ func TestClusterRestartWithNewIncarnation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
-	for i := range 3 {
-		tc.start(ctx, fmt.Sprintf("n%d", i))
-	}
-	tc.waitConverged(ctx)
+	tc.startNodes(ctx, "n", 3)
 	old := tc.remove("n2")
 	oldInc := old.c.Self().Incarnation
 	old.c.Close()
@@ -509,10 +506,7 @@ func TestClusterLeaveSoonAfterCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
-	for i := range 5 {
-		tc.start(ctx, fmt.Sprintf("n%d", i))
-	}
-	tc.waitConverged(ctx)
+	tc.startNodes(ctx, "n", 5)
 	tc.remove("n1").c.Close()
 	tc.waitConverged(ctx)
 	if err := tc.remove("n2").c.Leave(ctx); err != nil {

@@ -72,10 +72,9 @@ type Coordinator struct {
 	self ownership.Node
 	log  *slog.Logger
 
-	reg   *ownership.Register
-	auth  ownership.Authority
-	table ring.Holder
-	view  atomic.Pointer[view]
+	reg  *ownership.Register
+	auth ownership.Authority
+	view atomic.Pointer[view]
 	// leases holds this node's live lease per partition (Owned or
 	// Releasing), for the lock-free Lease lookup.
 	leases []atomic.Pointer[ownership.Lease]
@@ -383,7 +382,12 @@ func (c *Coordinator) Close() error {
 }
 
 // Table returns the current partition table (nil before Start).
-func (c *Coordinator) Table() *ring.Table { return c.table.Load() }
+func (c *Coordinator) Table() *ring.Table {
+	if v := c.view.Load(); v != nil {
+		return v.table
+	}
+	return nil
+}
 
 // Owner returns the owner of key's partition as this node sees it.
 func (c *Coordinator) Owner(key []byte) (OwnerInfo, error) {

@@ -109,11 +109,17 @@ func (d *delegate) check(n *memberlist.Node) error {
 	if err != nil {
 		return fmt.Errorf("node %q: %w", n.Name, err)
 	}
-	if md.Cluster != d.c.cfg.ClusterName {
-		return fmt.Errorf("node %q is in cluster %q, not %q", n.Name, md.Cluster, d.c.cfg.ClusterName)
+	return d.c.refusal(n.Name, md)
+}
+
+// refusal says why a node with metadata md may not join this cluster, or
+// returns nil.
+func (c *Coordinator) refusal(name string, md meta) error {
+	if md.Cluster != c.cfg.ClusterName {
+		return fmt.Errorf("node %q is in cluster %q, not %q", name, md.Cluster, c.cfg.ClusterName)
 	}
 	if md.RingVersion != ring.AlgorithmVersion {
-		return fmt.Errorf("node %q runs ring %q, not %q", n.Name, md.RingVersion, ring.AlgorithmVersion)
+		return fmt.Errorf("node %q runs ring %q, not %q", name, md.RingVersion, ring.AlgorithmVersion)
 	}
 	return nil
 }

@@ -17,10 +17,7 @@ func TestFigures(t *testing.T) {
 
 	// converge: 5 nodes start and join; every partition owned and fenced.
 	start := time.Now()
-	for i := range 5 {
-		tc.start(ctx, fmt.Sprintf("f%d", i))
-	}
-	tc.waitConverged(ctx)
+	tc.startNodes(ctx, "f", 5)
 	converge := time.Since(start)
 
 	// detect and failover: crash one node. detect is memberlist's death

@@ -169,7 +169,7 @@ func (l *loop) refreshMembers() {
 		l.quorum.forget(name)
 	}
 	for _, e := range live {
-		if e.err != nil || e.meta.Cluster != c.cfg.ClusterName || e.meta.RingVersion != ring.AlgorithmVersion {
+		if e.err != nil || c.refusal(e.member.Name, e.meta) != nil {
 			continue // refused by the alive delegate; never placed
 		}
 		members[e.member.Name] = e.member
@@ -180,7 +180,7 @@ func (l *loop) refreshMembers() {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	old := c.table.Load()
+	old := c.Table()
 	if old != nil && slices.Equal(names, l.names) {
 		// Same member set, so the same table; addresses may have changed.
 		c.view.Store(&view{table: old, members: members})
@@ -201,7 +201,6 @@ func (l *loop) refreshMembers() {
 		oldNames = l.names
 	}
 	l.names = names
-	c.table.Store(t)
 	c.view.Store(&view{table: t, members: members})
 	now := c.cfg.Clock.Now()
 	for _, n := range names {
@@ -233,7 +232,7 @@ func (l *loop) refreshMembers() {
 // so both sides of a healed partition find each other again.
 func (l *loop) rejoin() {
 	c := l.c
-	t := c.table.Load()
+	t := c.Table()
 	var addrs []string
 	for name, addr := range l.known {
 		if t == nil || !t.Has(name) {
@@ -330,28 +329,32 @@ func (l *loop) perform() {
 	}
 }
 
-func (l *loop) goClaim(p uint32, seen ownership.Token) {
-	c := l.c
+// work runs fn on a worker goroutine, under a context that ends with
+// parent or after timeout, and sends its result to the loop.
+func (l *loop) work(parent context.Context, timeout time.Duration, fn func(ctx context.Context) result) {
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.AcquireTimeout)
+		ctx, cancel := context.WithTimeout(parent, timeout)
 		defer cancel()
+		l.send(fn(ctx))
+	}()
+}
+
+func (l *loop) goClaim(p uint32, seen ownership.Token) {
+	c := l.c
+	l.work(c.ctx, c.cfg.AcquireTimeout, func(ctx context.Context) result {
 		tok, err := c.auth.Claim(ctx, p, c.self, seen)
 		if err == nil && c.cfg.TokenKeys != nil && tok.MAC == ([ownership.MACSize]byte{}) {
 			tok = c.cfg.TokenKeys.Sign(tok)
 		}
-		l.send(result{kind: resClaimed, partition: p, token: tok, err: err})
-	}()
+		return result{kind: resClaimed, partition: p, token: tok, err: err}
+	})
 }
 
 func (l *loop) goAcquire(lease *ownership.Lease) {
 	c := l.c
-	l.workers.Add(1)
-	go func() {
-		defer l.workers.Done()
-		ctx, cancel := context.WithTimeout(lease.Context(), c.cfg.AcquireTimeout)
-		defer cancel()
+	l.work(lease.Context(), c.cfg.AcquireTimeout, func(ctx context.Context) result {
 		var err error
 		if c.cfg.Fence != nil {
 			_, err = c.cfg.Fence.Fence(ctx, lease.Token())
@@ -362,22 +365,18 @@ func (l *loop) goAcquire(lease *ownership.Lease) {
 		if err == nil && lease.Err() != nil {
 			err = lease.Err()
 		}
-		l.send(result{kind: resAcquired, token: lease.Token(), err: err})
-	}()
+		return result{kind: resAcquired, token: lease.Token(), err: err}
+	})
 }
 
 func (l *loop) goRelease(lease *ownership.Lease) {
 	c := l.c
-	l.workers.Add(1)
-	go func() {
-		defer l.workers.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ReleaseTimeout)
-		defer cancel()
+	l.work(c.ctx, c.cfg.ReleaseTimeout, func(ctx context.Context) result {
 		if err := c.cfg.Handler.Release(ctx, lease); err != nil {
 			c.log.Warn("release", "token", lease.Token(), "err", err)
 		}
-		l.send(result{kind: resReleased, token: lease.Token()})
-	}()
+		return result{kind: resReleased, token: lease.Token()}
+	})
 }
 
 // send hands a result to the loop unless the coordinator is closing.

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -40,10 +39,7 @@ func TestPartitionMinorityStepsDownAndHealMerges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tc, fn := faultCluster(t)
-	for i := range 5 {
-		tc.start(ctx, fmt.Sprintf("p%d", i))
-	}
-	tc.waitConverged(ctx)
+	tc.startNodes(ctx, "p", 5)
 	var major, minor []*testNode
 	for _, n := range tc.all() {
 		if n.name < "p3" {

@@ -30,7 +30,7 @@ type quorum struct {
 // check records the members seen now (sorted, self included) and reports
 // whether they form a quorum.
 func (q *quorum) check(now time.Time, members []string) bool {
-	if q.stable == nil || containsAll(members, q.stable) {
+	if q.stable == nil || (!slices.Equal(q.stable, members) && containsAll(members, q.stable)) {
 		q.stable = slices.Clone(members)
 	}
 	if !slices.Equal(members, q.candidate) {

@@ -77,7 +77,7 @@ func (c *Coordinator) Status() Status {
 		Converged:   c.converged(),
 		RecentMoves: c.moves.recent(),
 	}
-	t := c.table.Load()
+	t := c.Table()
 	if t == nil {
 		return s
 	}

@@ -16,9 +16,8 @@ func TestStatusPageAndMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
-	a := tc.start(ctx, "s0")
-	tc.start(ctx, "s1")
-	tc.waitConverged(ctx)
+	tc.startNodes(ctx, "s", 2)
+	a := tc.node("s0")
 
 	srv := httptest.NewServer(a.c.StatusHandler())
 	defer srv.Close()

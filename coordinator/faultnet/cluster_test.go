@@ -60,57 +60,43 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// conflicts records memberlist's conflicting-address notifications.
-type conflicts struct {
-	mu    sync.Mutex
-	nodes []memberlist.Node // the newcomer of each conflict
-}
-
-func (c *conflicts) NotifyConflict(_, other *memberlist.Node) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.nodes = append(c.nodes, *other)
-}
-
-func (c *conflicts) seen(name string, port uint16) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, n := range c.nodes {
-		if n.Name == name && n.Port == port {
-			return true
-		}
-	}
-	return false
-}
-
-// joins records memberlist's join events. memberlist.Members returns
-// pointers into memberlist's own state, whose fields (other than Name) race
-// with its updates; an EventDelegate runs under memberlist's lock, so a
-// copy taken there is safe.
-type joins struct {
+// seenNodes records copies of the nodes memberlist reports to a delegate.
+// memberlist.Members returns pointers into memberlist's own state, whose
+// fields (other than Name) race with its updates; the join and conflict
+// delegates run under memberlist's lock, so a copy taken there is safe.
+type seenNodes struct {
 	mu    sync.Mutex
 	nodes []memberlist.Node
 }
 
-func (j *joins) NotifyJoin(n *memberlist.Node) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.nodes = append(j.nodes, *n)
+func (s *seenNodes) add(n *memberlist.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes = append(s.nodes, *n)
 }
 
-func (j *joins) NotifyLeave(*memberlist.Node)  {}
-func (j *joins) NotifyUpdate(*memberlist.Node) {}
-
-func (j *joins) seen(name string, port uint16) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for _, n := range j.nodes {
+func (s *seenNodes) seen(name string, port uint16) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.nodes {
 		if n.Name == name && n.Port == port {
 			return true
 		}
 	}
 	return false
 }
+
+// conflicts records the newcomer of each conflicting-address notification.
+type conflicts struct{ seenNodes }
+
+func (c *conflicts) NotifyConflict(_, other *memberlist.Node) { c.add(other) }
+
+// joins records memberlist's join events.
+type joins struct{ seenNodes }
+
+func (j *joins) NotifyJoin(n *memberlist.Node) { j.add(n) }
+func (j *joins) NotifyLeave(*memberlist.Node)  {}
+func (j *joins) NotifyUpdate(*memberlist.Node) {}
 
 type node struct {
 	name      string
