@@ -55,6 +55,21 @@ func benchDirectConn(b *testing.B, addr string) *grpc.ClientConn {
 
 var benchKey = []byte("user-42")
 
+// benchCalls makes call once, then b.N times under the timer.
+func benchCalls(b *testing.B, call func() error) {
+	b.Helper()
+	if err := call(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := call(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkRoutedCall: a unary call through the Router (owner lookup,
 // connection choice, key in metadata) to the guarded server.
 func BenchmarkRoutedCall(b *testing.B) {
@@ -62,16 +77,9 @@ func BenchmarkRoutedCall(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	out := new(wrapperspb.StringValue)
-	if err := r.Invoke(WithKey(ctx, benchKey), methodPut, benchPayload, out); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		if err := r.Invoke(WithKey(ctx, benchKey), methodPut, benchPayload, out); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchCalls(b, func() error {
+		return r.Invoke(WithKey(ctx, benchKey), methodPut, benchPayload, out)
+	})
 }
 
 // BenchmarkDirectCall: the same call on a plain connection straight to the
@@ -82,16 +90,9 @@ func BenchmarkDirectCall(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	out := new(wrapperspb.StringValue)
-	if err := cc.Invoke(metadata.AppendToOutgoingContext(ctx, KeyMetadata, string(benchKey)), methodPut, benchPayload, out); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		if err := cc.Invoke(metadata.AppendToOutgoingContext(ctx, KeyMetadata, string(benchKey)), methodPut, benchPayload, out); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchCalls(b, func() error {
+		return cc.Invoke(metadata.AppendToOutgoingContext(ctx, KeyMetadata, string(benchKey)), methodPut, benchPayload, out)
+	})
 }
 
 // BenchmarkDirectCallUnguarded: the same call to a server without the
@@ -103,11 +104,5 @@ func BenchmarkDirectCallUnguarded(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	out := new(wrapperspb.StringValue)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		if err := cc.Invoke(ctx, methodPut, benchPayload, out); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchCalls(b, func() error { return cc.Invoke(ctx, methodPut, benchPayload, out) })
 }

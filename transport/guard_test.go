@@ -115,15 +115,9 @@ func (n *bufNet) serveFunc(addr string, leases Leases, h handlerFunc) {
 	desc := grpc.ServiceDesc{
 		ServiceName: "tenure.transport.test.KV",
 		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{{MethodName: "Put", Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-			in := new(wrapperspb.BytesValue)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			return icpt(ctx, in, &grpc.UnaryServerInfo{FullMethod: methodPut}, func(ctx context.Context, _ any) (any, error) {
-				return wrapperspb.String("ok"), h(ctx)
-			})
-		}}},
+		Methods: []grpc.MethodDesc{putMethod(func(_ any, ctx context.Context, _ *wrapperspb.BytesValue) (*wrapperspb.StringValue, error) {
+			return wrapperspb.String("ok"), h(ctx)
+		})},
 	}
 	n.serve(addr, func(s *grpc.Server) {
 		s.RegisterService(&desc, struct{}{})

@@ -57,26 +57,34 @@ type kvServer interface {
 var kvDesc = grpc.ServiceDesc{
 	ServiceName: "tenure.transport.test.KV",
 	HandlerType: (*kvServer)(nil),
-	Methods: []grpc.MethodDesc{{
+	Methods: []grpc.MethodDesc{putMethod(func(srv any, ctx context.Context, in *wrapperspb.BytesValue) (*wrapperspb.StringValue, error) {
+		return srv.(kvServer).put(ctx, in)
+	})},
+	Streams: []grpc.StreamDesc{
+		{StreamName: "Count", ClientStreams: true, Handler: countHandler},
+		{StreamName: "Repeat", ServerStreams: true, Handler: repeatHandler},
+	},
+}
+
+// putMethod describes the test service's Put, served by h behind the
+// server's interceptors.
+func putMethod(h func(srv any, ctx context.Context, in *wrapperspb.BytesValue) (*wrapperspb.StringValue, error)) grpc.MethodDesc {
+	return grpc.MethodDesc{
 		MethodName: "Put",
 		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
 			in := new(wrapperspb.BytesValue)
 			if err := dec(in); err != nil {
 				return nil, err
 			}
-			h := func(ctx context.Context, req any) (any, error) {
-				return srv.(kvServer).put(ctx, req.(*wrapperspb.BytesValue))
+			handler := func(ctx context.Context, req any) (any, error) {
+				return h(srv, ctx, req.(*wrapperspb.BytesValue))
 			}
 			if icpt == nil {
-				return h(ctx, in)
+				return handler(ctx, in)
 			}
-			return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: methodPut}, h)
+			return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: methodPut}, handler)
 		},
-	}},
-	Streams: []grpc.StreamDesc{
-		{StreamName: "Count", ClientStreams: true, Handler: countHandler},
-		{StreamName: "Repeat", ServerStreams: true, Handler: repeatHandler},
-	},
+	}
 }
 
 var (

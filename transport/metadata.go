@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -127,5 +126,12 @@ func tokenForCall(ctx context.Context) (ownership.Token, bool) {
 	return TokenFrom(ctx)
 }
 
-// errNoKey is returned by a Router call whose context has no key.
-var errNoKey = errors.New("tenure: the call's context has no routing key (use transport.WithKey)")
+// callKey returns the routing key of a call a Router makes with ctx: the
+// one WithKey set, checked by checkKey.
+func callKey(ctx context.Context) ([]byte, error) {
+	key, ok := KeyFrom(ctx)
+	if !ok {
+		return nil, status.Error(codes.InvalidArgument, "tenure: the call's context has no routing key (use transport.WithKey)")
+	}
+	return key, checkKey(key)
+}

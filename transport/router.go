@@ -246,29 +246,16 @@ func (r *Router) liveAddrs() map[string]bool {
 // Invoke sends a unary call to the owner of ctx's key. It implements
 // grpc.ClientConnInterface.
 func (r *Router) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	key, ok := KeyFrom(ctx)
-	if !ok {
-		return status.Error(codes.InvalidArgument, errNoKey.Error())
-	}
-	if err := checkKey(key); err != nil {
+	key, err := callKey(ctx)
+	if err != nil {
 		return err
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx, KeyMetadata, string(key))
 	rt := route{r: r, key: key}
-	for {
-		addr, err := rt.target()
-		if err == nil {
-			var cc *grpc.ClientConn
-			if cc, err = r.Conn(addr); err == nil {
-				if err = cc.Invoke(ctx, method, args, reply, opts...); err == nil {
-					return nil
-				}
-			}
-		}
-		if err = rt.next(ctx, addr, err); err != nil {
-			return err
-		}
-	}
+	_, err = rt.do(ctx, func(cc *grpc.ClientConn) error {
+		return cc.Invoke(ctx, method, args, reply, opts...)
+	})
+	return err
 }
 
 // route is the routing state of one call: where the last answer pointed
@@ -280,6 +267,26 @@ type route struct {
 	visited   []string // addresses tried in the current row of redirects
 	redirects int      // in the current row
 	pauses    int
+}
+
+// do makes call on the connection to the key's owner, following
+// not-owner answers and pausing as next decides, until call succeeds or
+// next gives up. It returns the address call succeeded at.
+func (rt *route) do(ctx context.Context, call func(*grpc.ClientConn) error) (string, error) {
+	for {
+		addr, err := rt.target()
+		if err == nil {
+			var cc *grpc.ClientConn
+			if cc, err = rt.r.Conn(addr); err == nil {
+				if err = call(cc); err == nil {
+					return addr, nil
+				}
+			}
+		}
+		if err = rt.next(ctx, addr, err); err != nil {
+			return "", err
+		}
+	}
 }
 
 // target returns the address to try next: the last hint, else the owner

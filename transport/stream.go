@@ -6,9 +6,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
 // NewStream opens a stream to the owner of ctx's key. It implements
@@ -22,11 +20,8 @@ import (
 // receives from there. The messages kept must not be changed after
 // SendMsg, as grpc.ClientStream requires anyway.
 func (r *Router) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	key, ok := KeyFrom(ctx)
-	if !ok {
-		return nil, status.Error(codes.InvalidArgument, errNoKey.Error())
-	}
-	if err := checkKey(key); err != nil {
+	key, err := callKey(ctx)
+	if err != nil {
 		return nil, err
 	}
 	s := &routedStream{
@@ -65,21 +60,12 @@ type routedStream struct {
 // open opens a stream at the key's owner, retrying as Invoke does while
 // opening fails.
 func (s *routedStream) open() (grpc.ClientStream, string, error) {
-	for {
-		addr, err := s.rt.target()
-		if err == nil {
-			var cc *grpc.ClientConn
-			if cc, err = s.rt.r.Conn(addr); err == nil {
-				var cs grpc.ClientStream
-				if cs, err = cc.NewStream(s.ctx, s.desc, s.method, s.opts...); err == nil {
-					return cs, addr, nil
-				}
-			}
-		}
-		if err = s.rt.next(s.ctx, addr, err); err != nil {
-			return nil, "", err
-		}
-	}
+	var cs grpc.ClientStream
+	addr, err := s.rt.do(s.ctx, func(cc *grpc.ClientConn) (err error) {
+		cs, err = cc.NewStream(s.ctx, s.desc, s.method, s.opts...)
+		return err
+	})
+	return cs, addr, err
 }
 
 func (s *routedStream) stream() grpc.ClientStream {

@@ -34,13 +34,9 @@ func (n *bufNet) resource(addr string, cfg TokenGuardConfig) {
 	desc := grpc.ServiceDesc{
 		ServiceName: "tenure.transport.test.KV",
 		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{{MethodName: "Put", Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-			in := new(wrapperspb.BytesValue)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			return icpt(ctx, in, &grpc.UnaryServerInfo{FullMethod: methodPut}, func(ctx context.Context, _ any) (any, error) { return answer(ctx) })
-		}}},
+		Methods: []grpc.MethodDesc{putMethod(func(_ any, ctx context.Context, _ *wrapperspb.BytesValue) (*wrapperspb.StringValue, error) {
+			return answer(ctx)
+		})},
 		Streams: []grpc.StreamDesc{{StreamName: "Repeat", ServerStreams: true, Handler: func(_ any, ss grpc.ServerStream) error {
 			out, err := answer(ss.Context())
 			if err != nil {

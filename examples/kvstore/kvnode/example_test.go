@@ -39,6 +39,11 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer node.Leave(ctx)
+	// Start returns once the node serves; it claims its partitions in the
+	// background (each fenced in the database), and calls wait for that.
+	if err := node.Coordinator().WaitConverged(ctx); err != nil {
+		log.Fatal(err)
+	}
 
 	conn, err := grpc.NewClient("passthrough:///"+node.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
 	"github.com/tenure-go/tenure/internal/testdb"
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -54,6 +56,25 @@ func (d database) open(t *testing.T) *sql.DB {
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+// fenceAbove fences old's partition in the SQLite database db with the
+// token of an owner unknown to the cluster, one epoch above old, as a new
+// owner would while old's holder is paused. It returns db, open until the
+// test ends.
+func fenceAbove(ctx context.Context, t *testing.T, db database, old ownership.Token) *sql.DB {
+	t.Helper()
+	sqldb := db.open(t)
+	fence, err := sqlfence.New(sqldb, sqlfence.SQLite(), sqlfence.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fence.Close()
+	newer := ownership.Token{Partition: old.Partition, Epoch: old.Epoch + 1, Owner: "intruder", Incarnation: 1}
+	if _, err := fence.Fence(ctx, newer); err != nil {
+		t.Fatal(err)
+	}
+	return sqldb
 }
 
 func sqliteDatabase(t *testing.T) database {

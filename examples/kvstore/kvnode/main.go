@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator"
@@ -65,15 +64,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		GossipAddr:   *gossip,
 		GRPCAddr:     *grpcAddr,
 		StatusAddr:   *status,
+		Seeds:        splitPeers(*seeds),
 		DataPath:     *data,
 		DSN:          *dsn,
 		FaultControl: *faultControl,
 		Logger:       slog.New(slog.NewTextHandler(stderr, nil)),
-	}
-	for _, s := range strings.Split(*seeds, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			cfg.Seeds = append(cfg.Seeds, s)
-		}
 	}
 	if *gossipKey == "" {
 		*gossipKey = os.Getenv("TENURE_GOSSIP_KEY")

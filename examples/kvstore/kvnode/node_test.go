@@ -18,8 +18,6 @@ import (
 
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
-	"github.com/tenure-go/tenure/ownership"
-	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
 func TestClusterSQLite(t *testing.T) { testCluster(t, sqliteDatabase(t)) }
@@ -105,17 +103,8 @@ func TestStaleWriteRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sqldb := db.open(t)
-	fence, err := sqlfence.New(sqldb, sqlfence.SQLite(), sqlfence.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fence.Close()
 	old := lease.Token()
-	newer := ownership.Token{Partition: old.Partition, Epoch: old.Epoch + 1, Owner: "intruder", Incarnation: 1}
-	if _, err := fence.Fence(ctx, newer); err != nil {
-		t.Fatal(err)
-	}
+	sqldb := fenceAbove(ctx, t, db, old)
 
 	// n0 still holds its lease and writes under the old token: refused.
 	// The lease ends, and no node claims the partition until membership
@@ -387,16 +376,7 @@ func TestHeldWriteMeetsTheFence(t *testing.T) {
 	}()
 	waitFor(t, 10*time.Second, "the write to wait at the hold", func() bool { return n.Holding(p) })
 
-	sqldb := db.open(t)
-	fence, err := sqlfence.New(sqldb, sqlfence.SQLite(), sqlfence.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fence.Close()
-	old := lease.Token()
-	if _, err := fence.Fence(ctx, ownership.Token{Partition: p, Epoch: old.Epoch + 1, Owner: "intruder", Incarnation: 1}); err != nil {
-		t.Fatal(err)
-	}
+	sqldb := fenceAbove(ctx, t, db, lease.Token())
 	if err := n.Release(p); err != nil {
 		t.Fatal(err)
 	}

@@ -126,21 +126,13 @@ func (n *Node) put(ctx context.Context, lease *ownership.Lease, key string, valu
 }
 
 // checkRoutedKey makes sure a routed call's request names the key it was
-// routed by (and so the lease the guard checked).
+// routed by (and so the lease the guard checked). The guard has checked
+// that the call carries one valid key.
 func checkRoutedKey(ctx context.Context, key string) error {
-	routedBy, err := transport.KeyFromMetadata(metadataOf(ctx))
-	if err != nil {
-		return err
-	}
-	if string(routedBy) != key {
+	if routedBy := metadata.ValueFromIncomingContext(ctx, transport.KeyMetadata); len(routedBy) != 1 || routedBy[0] != key {
 		return status.Error(codes.InvalidArgument, "kvnode: the request's key differs from the call's routing key")
 	}
 	return nil
-}
-
-func metadataOf(ctx context.Context) metadata.MD {
-	md, _ := metadata.FromIncomingContext(ctx)
-	return md
 }
 
 // forward checks a client's key and returns the context that routes the
@@ -150,8 +142,9 @@ func (n *Node) forward(ctx context.Context, key string) (context.Context, error)
 	if key == "" || len(key) > transport.MaxKeySize {
 		return nil, status.Errorf(codes.InvalidArgument, "kvnode: the key must be 1 to %d bytes", transport.MaxKeySize)
 	}
-	if o, err := n.c.Owner([]byte(key)); err == nil && o.Node != n.cfg.Name {
+	k := []byte(key)
+	if o, err := n.c.Owner(k); err == nil && o.Node != n.cfg.Name {
 		n.stats.forwarded.Add(1)
 	}
-	return transport.WithKey(ctx, []byte(key)), nil
+	return transport.WithKey(ctx, k), nil
 }

@@ -47,28 +47,7 @@ func (n *Node) statusServer() (*http.Server, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(n.Stats())
 	})
-	mux.HandleFunc("POST /debug/cut", func(w http.ResponseWriter, r *http.Request) {
-		peers := splitPeers(r.URL.Query().Get("peers"))
-		switch err := n.Cut(peers); {
-		case errors.Is(err, errNoFaultControl):
-			http.Error(w, err.Error(), http.StatusNotFound)
-		case err != nil:
-			http.Error(w, err.Error(), http.StatusBadRequest)
-		default:
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(map[string][]string{"cut": peers})
-		}
-	})
-	// POST /debug/hold, /debug/release and GET /debug/hold, each with
-	// ?partition=N: Hold, Release and Holding.
-	partitionArg := func(w http.ResponseWriter, r *http.Request) (uint32, bool) {
-		p, err := strconv.ParseUint(r.URL.Query().Get("partition"), 10, 32)
-		if err != nil {
-			http.Error(w, "kvnode: want ?partition=N", http.StatusBadRequest)
-			return 0, false
-		}
-		return uint32(p), true
-	}
+	// The fault-control endpoints answer v as JSON, or err.
 	answer := func(w http.ResponseWriter, err error, v any) {
 		switch {
 		case errors.Is(err, errNoFaultControl):
@@ -79,6 +58,20 @@ func (n *Node) statusServer() (*http.Server, error) {
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(v)
 		}
+	}
+	mux.HandleFunc("POST /debug/cut", func(w http.ResponseWriter, r *http.Request) {
+		peers := splitPeers(r.URL.Query().Get("peers"))
+		answer(w, n.Cut(peers), map[string][]string{"cut": peers})
+	})
+	// POST /debug/hold, /debug/release and GET /debug/hold, each with
+	// ?partition=N: Hold, Release and Holding.
+	partitionArg := func(w http.ResponseWriter, r *http.Request) (uint32, bool) {
+		p, err := strconv.ParseUint(r.URL.Query().Get("partition"), 10, 32)
+		if err != nil {
+			http.Error(w, "kvnode: want ?partition=N", http.StatusBadRequest)
+			return 0, false
+		}
+		return uint32(p), true
 	}
 	mux.HandleFunc("POST /debug/hold", func(w http.ResponseWriter, r *http.Request) {
 		if p, ok := partitionArg(w, r); ok {
@@ -102,8 +95,8 @@ func (n *Node) statusServer() (*http.Server, error) {
 	return &http.Server{Handler: mux, ReadHeaderTimeout: stopTimeout}, nil
 }
 
-// splitPeers splits the peers parameter of /debug/cut: comma-separated
-// addresses, blanks ignored.
+// splitPeers splits a comma-separated list of addresses (the -seeds flag,
+// the peers parameter of /debug/cut), blanks ignored.
 func splitPeers(s string) []string {
 	var peers []string
 	for _, p := range strings.Split(s, ",") {
