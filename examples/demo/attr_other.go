@@ -9,7 +9,3 @@ import "syscall"
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
-
-// waitStopped is a no-op where the demo can't read a process's state: the
-// stop lands within microseconds of kill returning.
-func waitStopped(pid int) error { return nil }

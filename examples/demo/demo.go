@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
+	"github.com/tenure-go/tenure/internal/sigstop"
 	"github.com/tenure-go/tenure/transport"
 )
 
@@ -412,11 +412,7 @@ func (d *demo) start(ctx context.Context, name string) (*proc, error) {
 	} else {
 		args = append(args, "-data", d.sqlitePath())
 	}
-	var seeds []string
-	for _, p := range d.list() {
-		seeds = append(seeds, p.gossip)
-	}
-	if len(seeds) > 0 {
+	if seeds := gossipAddrs(d.list()); len(seeds) > 0 {
 		args = append(args, "-seeds", strings.Join(seeds, ","))
 	}
 	p, err := spawn(ctx, d.self, name, filepath.Join(d.dir, name+".log"), args)
@@ -457,15 +453,7 @@ func (d *demo) list() []*proc {
 	for _, p := range d.live {
 		out = append(out, p)
 	}
-	slices.SortFunc(out, func(a, b *proc) int {
-		if a.name < b.name {
-			return -1
-		}
-		if a.name > b.name {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b *proc) int { return strings.Compare(a.name, b.name) })
 	return out
 }
 
@@ -481,6 +469,15 @@ func (d *demo) killAll() {
 	}
 }
 
+// gossipAddrs returns the gossip addresses of ps.
+func gossipAddrs(ps []*proc) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.gossip)
+	}
+	return out
+}
+
 // split divides the live nodes into the first n and the rest.
 func (d *demo) split(n int) (small, large []*proc) {
 	all := d.list()
@@ -490,20 +487,13 @@ func (d *demo) split(n int) (small, large []*proc) {
 // cut makes every node of a drop gossip with every node of b and the other
 // way round; cut(nil, all) heals.
 func (d *demo) cut(a, b []*proc) error {
-	addrs := func(ps []*proc) []string {
-		var out []string
-		for _, p := range ps {
-			out = append(out, p.gossip)
-		}
-		return out
-	}
 	for _, p := range a {
-		if err := p.cut(addrs(b)); err != nil {
+		if err := p.cut(gossipAddrs(b)); err != nil {
 			return err
 		}
 	}
 	for _, p := range b {
-		if err := p.cut(addrs(a)); err != nil {
+		if err := p.cut(gossipAddrs(a)); err != nil {
 			return err
 		}
 	}
@@ -523,27 +513,18 @@ func (d *demo) settleAmong(ctx context.Context, nodes []*proc) (time.Duration, e
 	for _, p := range nodes {
 		names[p.name] = true
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		done := true
+	err := d.poll(ctx, time.Minute, func() bool {
 		for _, p := range nodes {
 			if !p.settled(names) {
-				done = false
-				break
+				return false
 			}
 		}
-		if done {
-			return time.Since(start), nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, errors.New("the cluster did not settle within a minute")
-		case <-tick.C:
-		}
+		return true
+	})
+	if err != nil {
+		return 0, errors.New("the cluster did not settle within a minute")
 	}
+	return time.Since(start), nil
 }
 
 // wait lets d pass unless ctx ends first.
@@ -653,12 +634,7 @@ func (d *demo) pause(ctx context.Context, victim *proc) (takeover time.Duration,
 		return 0, false, err
 	}
 	start := time.Now()
-	var others []*proc
-	for _, p := range d.list() {
-		if p != victim {
-			others = append(others, p)
-		}
-	}
+	others := slices.DeleteFunc(d.list(), func(p *proc) bool { return p == victim })
 	err = d.poll(ctx, d.cfg.pause+time.Minute, func() bool {
 		if takeover == 0 && allHold(others, victim.name) {
 			takeover = time.Since(start)
@@ -726,44 +702,10 @@ func allHold(ps []*proc, name string) bool {
 
 // stop sends SIGSTOP to p. With SQLite it makes sure p was not stopped
 // inside a write transaction, which would hold the file's write lock and
-// so stop every node's writes (and the new owners' fences) with it: a
-// probe takes the lock with a short timeout, and if it can't, p runs on
-// for a moment and is stopped again.
+// so stop every node's writes (and the new owners' fences) with it.
 func (d *demo) stop(ctx context.Context, p *proc) error {
 	if d.cfg.dsn != "" {
 		return p.signal(syscall.SIGSTOP)
 	}
-	probe, err := sql.Open("sqlite", "file:"+d.sqlitePath()+"?_pragma=busy_timeout(300)")
-	if err != nil {
-		return err
-	}
-	defer probe.Close()
-	free := func() bool {
-		conn, err := probe.Conn(ctx)
-		if err != nil {
-			return false
-		}
-		defer conn.Close()
-		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-			return false
-		}
-		_, err = conn.ExecContext(ctx, "ROLLBACK")
-		return err == nil
-	}
-	for range 50 {
-		if err := p.signal(syscall.SIGSTOP); err != nil {
-			return err
-		}
-		if err := waitStopped(p.cmd.Process.Pid); err != nil {
-			return err
-		}
-		if free() {
-			return nil
-		}
-		if err := p.signal(syscall.SIGCONT); err != nil {
-			return err
-		}
-		d.wait(ctx, 10*time.Millisecond)
-	}
-	return fmt.Errorf("%s held the SQLite write lock at each of 50 stops", p.name)
+	return sigstop.StopUnlocked(ctx, p.cmd.Process.Pid, d.sqlitePath())
 }

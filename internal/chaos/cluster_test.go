@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -323,18 +324,8 @@ func (cl *cluster) all() []*node {
 	for _, n := range cl.nodes {
 		out = append(out, n)
 	}
-	slices.SortFunc(out, func(a, b *node) int { return cmpString(a.name, b.name) })
+	slices.SortFunc(out, func(a, b *node) int { return strings.Compare(a.name, b.name) })
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // live returns the running nodes.
@@ -613,7 +604,7 @@ func (o owners) pick() *coordinator.Coordinator {
 	if len(cs) == 0 {
 		return nil
 	}
-	slices.SortFunc(cs, func(a, b *coordinator.Coordinator) int { return cmpString(a.Self().Name, b.Self().Name) })
+	slices.SortFunc(cs, func(a, b *coordinator.Coordinator) int { return strings.Compare(a.Self().Name, b.Self().Name) })
 	return cs[int(o.rng.float()*float64(len(cs)))%len(cs)]
 }
 

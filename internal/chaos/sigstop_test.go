@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/internal/sigstop"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ring"
 )
@@ -306,9 +306,12 @@ func runSIGSTOP(t *testing.T, seed uint64) result {
 	if len(owned) == 0 {
 		t.Fatal("the child owns no partition")
 	}
-	// Stop it past its lease: until every partition it held is fenced by
-	// another node.
-	stopChild(ctx, t, pid, path)
+	// Stop it past its lease, until every partition it held is fenced by
+	// another node; at a moment it holds no SQLite write lock, which would
+	// stop every writer of the file, the new owners' fences included.
+	if err := sigstop.StopUnlocked(ctx, pid, path); err != nil {
+		t.Fatalf("stop the child: %v", err)
+	}
 	stopped := time.Now()
 	taken := waitFor(ctx, 30*time.Second, func() bool {
 		for _, p := range owned {
@@ -408,66 +411,4 @@ func sigDiagnosis(ctx context.Context, res *sqlResource, auth *recAuthority, nod
 		fmt.Fprintf(&b, "claim %v: %s\n", c.Token, c.Err)
 	}
 	return b.String()
-}
-
-// stopChild stops the child with SIGSTOP at a moment it holds no SQLite
-// write lock: a process stopped inside a write transaction would stop
-// every writer of the file, the new owners' fences included, until it
-// runs again. A probe takes the write lock with a short busy timeout; if
-// it can't, the child is continued for a moment and stopped again.
-func stopChild(ctx context.Context, t *testing.T, pid int, path string) {
-	t.Helper()
-	probe, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(300)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	free := func() bool {
-		conn, err := probe.Conn(ctx)
-		if err != nil {
-			return false
-		}
-		defer conn.Close()
-		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-			return false
-		}
-		_, err = conn.ExecContext(ctx, "ROLLBACK")
-		return err == nil
-	}
-	for range 50 {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		waitStopped(ctx, t, pid)
-		if free() {
-			return
-		}
-		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-			t.Fatal(err)
-		}
-		hold(ctx, 10*time.Millisecond)
-	}
-	t.Fatal("the child held the SQLite write lock at every one of 50 stops")
-}
-
-// waitStopped waits until the kernel reports pid stopped (state T in
-// /proc/<pid>/stat): kill returns before every thread has stopped, and the
-// lock probe must not race a thread still finishing a write.
-func waitStopped(ctx context.Context, t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatalf("read the child's state: %v", err)
-		}
-		// "pid (comm) S ...": the state follows the last ')'.
-		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'T' {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the child (pid %d) did not stop within 5 s of SIGSTOP", pid)
-		}
-		hold(ctx, time.Millisecond)
-	}
 }
