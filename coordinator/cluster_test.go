@@ -201,7 +201,7 @@ func (tc *testCluster) checkConverged(nodes []*testNode) error {
 	}
 	// Every partition is held, at the fence, by its ring owner.
 	for p := range testPartitions {
-		owner := nodes[0].c.Table().Owner(p)
+		owner := nodes[0].c.Table().Owner(uint32(p))
 		if cur := tc.fence.Current(uint32(p)); cur.Owner != owner {
 			return fmt.Errorf("partition %d fenced by %q, ring owner %q", p, cur.Owner, owner)
 		}
@@ -213,7 +213,7 @@ func (tc *testCluster) checkConverged(nodes []*testNode) error {
 func (tc *testCluster) why(n *testNode) string {
 	t := n.c.Table()
 	for p := range testPartitions {
-		owner := t.Owner(p)
+		owner := t.Owner(uint32(p))
 		cl := n.c.reg.GetClaim(uint32(p))
 		l := n.c.leases[p].Load()
 		if cl.Released || cl.Token.Owner != owner || (owner == n.name) != (l != nil) {
@@ -313,7 +313,7 @@ func TestClusterJoinConverges(t *testing.T) {
 		other = "n1"
 	}
 	_, err = tc.node(other).c.Lease([]byte("some key"))
-	var noe *NotOwnerError
+	var noe *ownership.NotOwnerError
 	if !errors.As(err, &noe) || noe.Owner.Node != info.Node {
 		t.Fatalf("non-owner Lease error = %v, want NotOwnerError naming %s", err, info.Node)
 	}

@@ -25,45 +25,7 @@ var (
 	ErrNotStarted = errors.New("coordinator: not started")
 	// ErrClosed: the coordinator was closed (or has left).
 	ErrClosed = errors.New("coordinator: closed")
-	// ErrNoOwner: the ring has no owner for the key yet (no members).
-	ErrNoOwner = errors.New("coordinator: no owner")
-	// ErrNotOwner: this node does not hold the key's partition. The
-	// returned error is a *NotOwnerError naming the owner.
-	ErrNotOwner = errors.New("coordinator: not the owner")
 )
-
-// NotOwnerError says which node owns a key this node was asked about.
-// errors.Is(err, ErrNotOwner) holds.
-type NotOwnerError struct {
-	Owner OwnerInfo
-}
-
-func (e *NotOwnerError) Error() string {
-	return fmt.Sprintf("coordinator: partition %d is owned by %q at %q", e.Owner.Partition, e.Owner.Node, e.Owner.Addr)
-}
-
-// Is makes errors.Is(err, ErrNotOwner) true.
-func (e *NotOwnerError) Is(target error) bool { return target == ErrNotOwner }
-
-// OwnerInfo describes the owner of a partition as this node sees it.
-type OwnerInfo struct {
-	Partition uint32
-	// Node is the member the ring assigns the partition to.
-	Node string
-	// Addr is that member's ServiceAddr ("" if it gossiped none).
-	Addr string
-	// Token is the owner's current grant if gossip has shown it, else the
-	// zero token (a handoff is in progress).
-	Token ownership.Token
-}
-
-// Member is a node of the cluster as gossip sees it.
-type Member struct {
-	Name        string
-	GossipAddr  string
-	ServiceAddr string
-	Incarnation uint64
-}
 
 // Coordinator is one node's embedded ownership coordinator. Its methods
 // are safe for concurrent use.
@@ -112,7 +74,7 @@ const claimRetransmitFactor = 3
 // view is what the hot paths read: the table and where members listen.
 type view struct {
 	table   *ring.Table
-	members map[string]Member
+	members map[string]ownership.Member
 }
 
 // New validates cfg and returns a coordinator that has not joined anything:
@@ -390,29 +352,29 @@ func (c *Coordinator) Table() *ring.Table {
 }
 
 // Owner returns the owner of key's partition as this node sees it.
-func (c *Coordinator) Owner(key []byte) (OwnerInfo, error) {
+func (c *Coordinator) Owner(key []byte) (ownership.OwnerInfo, error) {
 	v := c.view.Load()
 	if v == nil {
-		return OwnerInfo{}, ErrNoOwner
+		return ownership.OwnerInfo{}, ownership.ErrNoOwner
 	}
 	p, owner := v.table.Lookup(key)
 	return c.ownerInfo(v, uint32(p), owner)
 }
 
 // OwnerOfPartition returns the owner of partition p as this node sees it.
-func (c *Coordinator) OwnerOfPartition(p uint32) (OwnerInfo, error) {
+func (c *Coordinator) OwnerOfPartition(p uint32) (ownership.OwnerInfo, error) {
 	v := c.view.Load()
 	if v == nil || int(p) >= v.table.Partitions() {
-		return OwnerInfo{}, ErrNoOwner
+		return ownership.OwnerInfo{}, ownership.ErrNoOwner
 	}
-	return c.ownerInfo(v, p, v.table.Owner(int(p)))
+	return c.ownerInfo(v, p, v.table.Owner(p))
 }
 
-func (c *Coordinator) ownerInfo(v *view, p uint32, owner string) (OwnerInfo, error) {
+func (c *Coordinator) ownerInfo(v *view, p uint32, owner string) (ownership.OwnerInfo, error) {
 	if owner == "" {
-		return OwnerInfo{}, ErrNoOwner
+		return ownership.OwnerInfo{}, ownership.ErrNoOwner
 	}
-	info := OwnerInfo{Partition: p, Node: owner, Addr: v.members[owner].ServiceAddr}
+	info := ownership.OwnerInfo{Partition: p, Node: owner, Addr: v.members[owner].ServiceAddr}
 	if cl := c.reg.GetClaim(p); !cl.Released && cl.Token.Owner == owner {
 		info.Token = cl.Token
 	}
@@ -420,13 +382,13 @@ func (c *Coordinator) ownerInfo(v *view, p uint32, owner string) (OwnerInfo, err
 }
 
 // Lease returns this node's live lease on key's partition, or a
-// *NotOwnerError. The lease may end at any moment after it is returned:
+// *ownership.NotOwnerError. The lease may end at any moment after it is returned:
 // pass its token to every write (the resource is the judge) and its context
 // to every call.
 func (c *Coordinator) Lease(key []byte) (*ownership.Lease, error) {
 	v := c.view.Load()
 	if v == nil {
-		return nil, ErrNoOwner
+		return nil, ownership.ErrNoOwner
 	}
 	p, owner := v.table.Lookup(key)
 	return c.leaseOf(v, uint32(p), owner)
@@ -436,9 +398,9 @@ func (c *Coordinator) Lease(key []byte) (*ownership.Lease, error) {
 func (c *Coordinator) LeaseOfPartition(p uint32) (*ownership.Lease, error) {
 	v := c.view.Load()
 	if v == nil || int(p) >= len(c.leases) {
-		return nil, ErrNoOwner
+		return nil, ownership.ErrNoOwner
 	}
-	return c.leaseOf(v, p, v.table.Owner(int(p)))
+	return c.leaseOf(v, p, v.table.Owner(p))
 }
 
 func (c *Coordinator) leaseOf(v *view, p uint32, owner string) (*ownership.Lease, error) {
@@ -449,16 +411,16 @@ func (c *Coordinator) leaseOf(v *view, p uint32, owner string) (*ownership.Lease
 	if err != nil {
 		return nil, err
 	}
-	return nil, &NotOwnerError{Owner: info}
+	return nil, &ownership.NotOwnerError{Owner: info}
 }
 
 // Members returns the members of the current table's view, sorted by name.
-func (c *Coordinator) Members() []Member {
+func (c *Coordinator) Members() []ownership.Member {
 	v := c.view.Load()
 	if v == nil {
 		return nil
 	}
-	out := make([]Member, 0, len(v.members))
+	out := make([]ownership.Member, 0, len(v.members))
 	for _, name := range v.table.Members() {
 		out = append(out, v.members[name])
 	}
@@ -511,7 +473,7 @@ func (c *Coordinator) converged() bool {
 		return false
 	}
 	for p := 0; p < v.table.Partitions(); p++ {
-		owner := v.table.Owner(p)
+		owner := v.table.Owner(uint32(p))
 		cl := c.reg.GetClaim(uint32(p))
 		if cl.Released || cl.Token.Owner != owner {
 			return false

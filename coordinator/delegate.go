@@ -158,7 +158,7 @@ type nodeSet struct {
 }
 
 type nodeEntry struct {
-	member Member
+	member ownership.Member
 	meta   meta
 	err    error // metadata that did not decode
 }
@@ -166,7 +166,7 @@ type nodeEntry struct {
 func (s *nodeSet) put(n *memberlist.Node) {
 	md, err := decodeMeta(n.Meta)
 	e := nodeEntry{
-		member: Member{Name: n.Name, GossipAddr: n.Address(), ServiceAddr: md.ServiceAddr, Incarnation: md.Incarnation},
+		member: ownership.Member{Name: n.Name, GossipAddr: n.Address(), ServiceAddr: md.ServiceAddr, Incarnation: md.Incarnation},
 		meta:   md,
 		err:    err,
 	}

@@ -163,7 +163,7 @@ func (l *loop) heard(cs []ownership.Claim) {
 // refreshMembers rebuilds the table from the live members.
 func (l *loop) refreshMembers() {
 	c := l.c
-	members := make(map[string]Member)
+	members := make(map[string]ownership.Member)
 	live, left := c.nodes.snapshot()
 	for _, name := range left {
 		l.quorum.forget(name)

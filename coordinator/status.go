@@ -47,14 +47,14 @@ func (l *moveLog) recent() []move {
 
 // Status is a snapshot of what this node knows, for people and tools.
 type Status struct {
-	Node        string            `json:"node"`
-	Incarnation uint64            `json:"incarnation"`
-	Cluster     string            `json:"cluster"`
-	Members     []Member          `json:"members"`
-	Partitions  []PartitionStatus `json:"partitions"`
-	Owned       int               `json:"owned"`
-	Converged   bool              `json:"converged"`
-	RecentMoves []move            `json:"recent_moves"`
+	Node        string             `json:"node"`
+	Incarnation uint64             `json:"incarnation"`
+	Cluster     string             `json:"cluster"`
+	Members     []ownership.Member `json:"members"`
+	Partitions  []PartitionStatus  `json:"partitions"`
+	Owned       int                `json:"owned"`
+	Converged   bool               `json:"converged"`
+	RecentMoves []move             `json:"recent_moves"`
 }
 
 // PartitionStatus is one row of the partition -> owner map.
@@ -89,7 +89,7 @@ func (c *Coordinator) Status() Status {
 			s.Owned++
 		}
 		s.Partitions = append(s.Partitions, PartitionStatus{
-			Partition: uint32(p), Owner: t.Owner(p), Epoch: cl.Token.Epoch,
+			Partition: uint32(p), Owner: t.Owner(uint32(p)), Epoch: cl.Token.Epoch,
 			Holder: cl.Token.Owner, Released: cl.Released, Local: local,
 		})
 	}

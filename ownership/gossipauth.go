@@ -38,6 +38,9 @@ func NewGossipAuthority(r *Register, keys *Keyring) (*GossipAuthority, error) {
 	return &GossipAuthority{reg: r, keys: keys}, nil
 }
 
+// Strict returns false: two nodes with split views can mint the same epoch.
+func (a *GossipAuthority) Strict() bool { return false }
+
 // Claim mints a token of partition p for n, records it in the register and
 // returns it; the caller broadcasts it as a Claim. seen is the zero token or
 // a token of partition p. Concurrent claims on one authority get distinct

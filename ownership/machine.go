@@ -10,7 +10,7 @@ import (
 // *ring.Table satisfies it.
 type Placement interface {
 	Partitions() int
-	Owner(partition int) string
+	Owner(partition uint32) string
 	Has(member string) bool
 	// Fingerprint identifies the member set and configuration: equal
 	// placements have equal fingerprints.
@@ -455,7 +455,7 @@ func (m *Machine) live(t Token) bool {
 // wants reports whether this node should hold p now.
 func (m *Machine) wants(p uint32) bool {
 	return m.place != nil && !m.leaving && m.quorum &&
-		m.place.Owner(int(p)) == m.cfg.Self.Name
+		m.place.Owner(p) == m.cfg.Self.Name
 }
 
 func (m *Machine) stepAll() {

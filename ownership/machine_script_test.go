@@ -46,8 +46,8 @@ type scriptPlacement struct {
 }
 
 func (s *scriptPlacement) Partitions() int { return len(s.owners) }
-func (s *scriptPlacement) Owner(p int) string {
-	if p < 0 || p >= len(s.owners) {
+func (s *scriptPlacement) Owner(p uint32) string {
+	if int(p) >= len(s.owners) {
 		return ""
 	}
 	return s.owners[p]

@@ -52,7 +52,7 @@ func BenchmarkLookup(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		p, o := tab.Lookup(keys[i&benchMask])
-		sinkInt, sinkString = p, o
+		sinkInt, sinkString = int(p), o
 	}
 }
 
@@ -72,14 +72,14 @@ func BenchmarkLookupParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		var (
 			i int
-			p int
+			p uint32
 			o string
 		)
 		for pb.Next() {
 			p, o = tab.Lookup(keys[i&benchMask])
 			i++
 		}
-		if p == -1 {
+		if p == 1<<31 {
 			sinkString = o
 		}
 	})

@@ -4,7 +4,7 @@ package ring
 // when the partition had no owner (it did not exist in the old Table, or the
 // old Table is nil); To is "" when it has none in the new one.
 type Move struct {
-	Partition int
+	Partition uint32
 	From, To  string
 }
 
@@ -17,7 +17,7 @@ type Move struct {
 func Diff(old, new *Table) []Move {
 	n := max(old.Partitions(), new.Partitions())
 	var moves []Move
-	for p := range n {
+	for p := range uint32(n) {
 		if from, to := old.Owner(p), new.Owner(p); from != to {
 			moves = append(moves, Move{Partition: p, From: from, To: to})
 		}

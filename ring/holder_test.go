@@ -19,7 +19,7 @@ func TestHolderZeroValueAndSwaps(t *testing.T) {
 	if h.Load() != nil {
 		t.Fatal("zero Holder holds a Table")
 	}
-	if p, o := h.Load().Lookup([]byte("k")); p != -1 || o != "" {
+	if p, o := h.Load().Lookup([]byte("k")); p != 0 || o != "" {
 		t.Fatalf("lookup through an empty Holder = %d %q", p, o)
 	}
 	a, _ := New([]string{"a"}, DefaultConfig())

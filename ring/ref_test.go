@@ -151,7 +151,7 @@ func checkTable(t *testing.T, tab *Table, members []string, cfg Config) {
 	}
 	limit := math.Ceil(float64(cfg.Partitions) / float64(len(want)) * cfg.Load)
 	counts := map[string]int{}
-	for p := range cfg.Partitions {
+	for p := range uint32(cfg.Partitions) {
 		o := tab.Owner(p)
 		if !tab.Has(o) {
 			t.Fatalf("partition %d owned by non-member %q", p, o)
@@ -180,7 +180,7 @@ func checkTable(t *testing.T, tab *Table, members []string, cfg Config) {
 	if total != cfg.Partitions {
 		t.Fatalf("loads sum to %d, want %d", total, cfg.Partitions)
 	}
-	for _, p := range []int{0, cfg.Partitions / 2, cfg.Partitions - 1} {
+	for _, p := range []uint32{0, uint32(cfg.Partitions / 2), uint32(cfg.Partitions - 1)} {
 		for _, n := range []int{1, 2, len(want), len(want) + 3} {
 			reps := tab.Replicas(p, n)
 			if len(reps) != min(n, len(want)) || reps[0] != tab.Owner(p) {

@@ -24,18 +24,18 @@ func TestMatchesNaiveReferenceAndConsistent(t *testing.T) {
 
 		ref := naiveOwners(slices.Sorted(slices.Values(members)), cfg)
 		peer := newConsistent(members, cfg)
-		for p := range cfg.Partitions {
+		for p := range uint32(cfg.Partitions) {
 			if tab.Owner(p) != ref[p] {
 				t.Fatalf("trial %d %+v: partition %d owner %q, naive reference %q", trial, cfg, p, tab.Owner(p), ref[p])
 			}
-			if got, want := tab.Owner(p)+"\x00", peer.GetPartitionOwner(p).String(); got != want {
+			if got, want := tab.Owner(p)+"\x00", peer.GetPartitionOwner(int(p)).String(); got != want {
 				t.Fatalf("trial %d %+v: partition %d owner %q, consistent %q", trial, cfg, p, got, want)
 			}
 		}
 		for range 50 {
 			key := fmt.Appendf(nil, "key-%d", r.Uint64())
 			p, owner := tab.Lookup(key)
-			if p != peer.FindPartitionID(key) || owner+"\x00" != peer.LocateKey(key).String() {
+			if int(p) != peer.FindPartitionID(key) || owner+"\x00" != peer.LocateKey(key).String() {
 				t.Fatalf("Lookup(%q) = %d %q, consistent %d %q", key, p, owner, peer.FindPartitionID(key), peer.LocateKey(key))
 			}
 			if q, o := tab.LookupString(string(key)); q != p || o != owner || tab.Partition(key) != p || tab.PartitionString(string(key)) != p {
@@ -63,7 +63,7 @@ func TestDeterministicUnderShuffledInput(t *testing.T) {
 		if a.Fingerprint() != b.Fingerprint() || Diff(a, b) != nil {
 			t.Fatalf("tables of the same set differ: fingerprints %x %x, diff %v", a.Fingerprint(), b.Fingerprint(), Diff(a, b))
 		}
-		for p := range cfg.Partitions {
+		for p := range uint32(cfg.Partitions) {
 			if !slices.Equal(a.Replicas(p, n), b.Replicas(p, n)) {
 				t.Fatalf("replicas of %d differ: %q %q", p, a.Replicas(p, n), b.Replicas(p, n))
 			}
@@ -132,7 +132,7 @@ func TestDiffMatchesNaiveLoop(t *testing.T) {
 	owners := func(tab *Table) []string {
 		out := make([]string, tab.Partitions())
 		for p := range out {
-			out[p] = tab.Owner(p)
+			out[p] = tab.Owner(uint32(p))
 		}
 		return out
 	}
@@ -166,7 +166,7 @@ func TestDiffMatchesNaiveLoop(t *testing.T) {
 			if i > 0 && got[i-1].Partition >= m.Partition {
 				t.Fatalf("Diff not ascending at %d: %v", i, got)
 			}
-			if w := want[m.Partition]; w != [2]string{m.From, m.To} {
+			if w := want[int(m.Partition)]; w != [2]string{m.From, m.To} {
 				t.Fatalf("move %+v, naive %q", m, w)
 			}
 		}
@@ -183,7 +183,7 @@ func TestDiffNilAndEqual(t *testing.T) {
 		t.Fatalf("Diff(nil, t) = %v, want 7 moves", all)
 	}
 	for p, m := range all {
-		if m.Partition != p || m.From != "" || m.To != tab.Owner(p) {
+		if m.Partition != uint32(p) || m.From != "" || m.To != tab.Owner(uint32(p)) {
 			t.Fatalf("Diff(nil, t)[%d] = %+v", p, m)
 		}
 	}
@@ -200,13 +200,13 @@ func TestDiffNilAndEqual(t *testing.T) {
 
 func TestNilTable(t *testing.T) {
 	var tab *Table
-	if p, o := tab.Lookup([]byte("k")); p != -1 || o != "" {
+	if p, o := tab.Lookup([]byte("k")); p != 0 || o != "" {
 		t.Fatalf("nil Lookup = %d %q", p, o)
 	}
-	if p, o := tab.LookupString("k"); p != -1 || o != "" {
+	if p, o := tab.LookupString("k"); p != 0 || o != "" {
 		t.Fatalf("nil LookupString = %d %q", p, o)
 	}
-	if tab.Partition(nil) != -1 || tab.PartitionString("") != -1 || tab.Partitions() != 0 || tab.Len() != 0 ||
+	if tab.Partition(nil) != 0 || tab.PartitionString("") != 0 || tab.Partitions() != 0 || tab.Len() != 0 ||
 		tab.Owner(0) != "" || tab.Replicas(0, 1) != nil || tab.Members() != nil || tab.Has("a") ||
 		tab.Load("a") != 0 || tab.PartitionsOf("a") != nil || tab.Config() != (Config{}) || tab.Fingerprint() != 0 {
 		t.Fatal("nil Table is not empty")
@@ -218,7 +218,7 @@ func TestOutOfRangeAndUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []int{-1, 5, 1 << 40} {
+	for _, p := range []uint32{5, 1 << 31, 1<<32 - 1} {
 		if tab.Owner(p) != "" || tab.Replicas(p, 2) != nil {
 			t.Errorf("partition %d: Owner %q Replicas %q", p, tab.Owner(p), tab.Replicas(p, 2))
 		}
@@ -242,7 +242,7 @@ func TestReplicasWalkTheRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	firstSecond := map[[2]string]bool{}
-	for p := range tab.Partitions() {
+	for p := range uint32(tab.Partitions()) {
 		reps := tab.Replicas(p, len(members))
 		if len(reps) != len(members) || reps[0] != tab.Owner(p) {
 			t.Fatalf("Replicas(%d) = %q", p, reps)
@@ -372,7 +372,7 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 	allocs := testing.AllocsPerRun(200, func() {
 		p, o := tab.Lookup(key)
 		q, _ := tab.LookupString(skey)
-		sink += p + q + len(o) + tab.Partition(key) + tab.PartitionString(skey) + len(tab.Owner(p)) + tab.Load(o)
+		sink += int(p+q+tab.Partition(key)+tab.PartitionString(skey)) + len(o) + len(tab.Owner(p)) + tab.Load(o)
 		if tab.Has(o) {
 			sink++
 		}

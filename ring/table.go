@@ -18,8 +18,11 @@ import (
 // slice), so every node that builds a Table from the same members and Config
 // with the same AlgorithmVersion gets the same placement.
 //
-// A nil *Table is an empty table: it has no partitions and no members, every
-// lookup returns partition -1 and owner "".
+// Partitions are numbered 0 to Partitions()-1 and are uint32 everywhere in
+// tenure (ring, ownership tokens, the coordinator).
+//
+// A nil *Table is an empty table: it has no partitions and no members, and
+// every lookup returns partition 0 and owner "".
 type Table struct {
 	cfg     Config
 	nparts  uint64
@@ -252,25 +255,25 @@ func (t *Table) Partitions() int {
 // Partition returns the partition of key: xxhash64(key) mod Partitions, the
 // same as consistent's FindPartitionID with an xxhash64 hasher. It does not
 // depend on the members. It does not allocate.
-func (t *Table) Partition(key []byte) int {
+func (t *Table) Partition(key []byte) uint32 {
 	if t == nil {
-		return -1
+		return 0
 	}
-	return int(xxhash.Sum64(key) % t.nparts)
+	return uint32(xxhash.Sum64(key) % t.nparts)
 }
 
 // PartitionString is Partition for a string key. It does not allocate.
-func (t *Table) PartitionString(key string) int {
+func (t *Table) PartitionString(key string) uint32 {
 	if t == nil {
-		return -1
+		return 0
 	}
-	return int(xxhash.Sum64String(key) % t.nparts)
+	return uint32(xxhash.Sum64String(key) % t.nparts)
 }
 
 // Owner returns the member that owns partition, or "" if partition is out of
 // range.
-func (t *Table) Owner(partition int) string {
-	if t == nil || partition < 0 || partition >= len(t.owners) {
+func (t *Table) Owner(partition uint32) string {
+	if t == nil || uint64(partition) >= uint64(len(t.owners)) {
 		return ""
 	}
 	return t.owners[partition]
@@ -278,21 +281,21 @@ func (t *Table) Owner(partition int) string {
 
 // Lookup returns the partition of key and its owner. It does not lock or
 // allocate.
-func (t *Table) Lookup(key []byte) (partition int, owner string) {
+func (t *Table) Lookup(key []byte) (partition uint32, owner string) {
 	if t == nil {
-		return -1, ""
+		return 0, ""
 	}
 	p := xxhash.Sum64(key) % t.nparts
-	return int(p), t.owners[p]
+	return uint32(p), t.owners[p]
 }
 
 // LookupString is Lookup for a string key. It does not lock or allocate.
-func (t *Table) LookupString(key string) (partition int, owner string) {
+func (t *Table) LookupString(key string) (partition uint32, owner string) {
 	if t == nil {
-		return -1, ""
+		return 0, ""
 	}
 	p := xxhash.Sum64String(key) % t.nparts
-	return int(p), t.owners[p]
+	return uint32(p), t.owners[p]
 }
 
 // Replicas returns min(n, number of members) distinct members for partition,
@@ -301,8 +304,8 @@ func (t *Table) LookupString(key string) (partition int, owner string) {
 // Table alone, and a membership change disturbs it little. The replicas after
 // the first are not bounded by Config.Load. Replicas returns nil if n < 1 or
 // partition is out of range. The caller owns the returned slice.
-func (t *Table) Replicas(partition, n int) []string {
-	if t == nil || n < 1 || partition < 0 || partition >= len(t.owners) {
+func (t *Table) Replicas(partition uint32, n int) []string {
+	if t == nil || n < 1 || uint64(partition) >= uint64(len(t.owners)) {
 		return nil
 	}
 	n = min(n, len(t.members))
@@ -362,15 +365,15 @@ func (t *Table) Load(member string) int {
 
 // PartitionsOf returns the partitions member owns, in ascending order; nil if
 // it owns none. The caller owns the returned slice.
-func (t *Table) PartitionsOf(member string) []int {
+func (t *Table) PartitionsOf(member string) []uint32 {
 	m, ok := t.index(member)
 	if !ok || t.loads[m] == 0 {
 		return nil
 	}
-	out := make([]int, 0, t.loads[m])
+	out := make([]uint32, 0, t.loads[m])
 	for p, o := range t.ownerIx {
 		if int(o) == m {
-			out = append(out, p)
+			out = append(out, uint32(p))
 		}
 	}
 	return out

@@ -88,7 +88,7 @@ func ExampleNewRouter() {
 
 // A not-owner refusal names the owner; a client follows it.
 func ExampleOwnerHint() {
-	err := transport.NotOwnerStatus(coordinator.OwnerInfo{
+	err := transport.NotOwnerStatus(ownership.OwnerInfo{
 		Partition: 7,
 		Node:      "node-2",
 		Addr:      "10.0.0.2:7000",

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -19,7 +18,7 @@ import (
 // concurrently on every call and must not block.
 type Leases interface {
 	// Lease returns this node's live lease on key's partition, or an error
-	// holding a *coordinator.NotOwnerError that names the owner.
+	// holding a *ownership.NotOwnerError that names the owner.
 	Lease(key []byte) (*ownership.Lease, error)
 	// Self names this node.
 	Self() ownership.Node
@@ -174,7 +173,7 @@ func (g *OwnerGuard) enter(ctx context.Context) (*guardedCall, error) {
 
 // refusal turns the coordinator's answer into the call's status.
 func (g *OwnerGuard) refusal(err error) error {
-	var no *coordinator.NotOwnerError
+	var no *ownership.NotOwnerError
 	if errors.As(err, &no) {
 		if no.Owner.Node == g.leases.Self().Name {
 			return handoffStatus(no.Owner.Partition, no.Owner.Node)

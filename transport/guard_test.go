@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/ownership"
 	pb "github.com/tenure-go/tenure/transport/ownershippb"
 )
@@ -88,7 +87,7 @@ func TestGuardRefusals(t *testing.T) {
 		t.Fatalf("handoff: %v", err)
 	}
 
-	answer = coordinator.ErrNoOwner
+	answer = ownership.ErrNoOwner
 	if err := callWithKey(ctx, cc, "k"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("no owner: %v", err)
 	}

@@ -213,11 +213,11 @@ func (f *fakeLeases) Self() ownership.Node                       { return owners
 func (f *fakeLeases) ReportStale(error) bool                     { f.reported.Add(1); return true }
 
 func notOwner(node, addr string, epoch uint64) error {
-	o := coordinator.OwnerInfo{Partition: 3, Node: node, Addr: addr}
+	o := ownership.OwnerInfo{Partition: 3, Node: node, Addr: addr}
 	if epoch > 0 {
 		o.Token = ownership.Token{Partition: 3, Epoch: epoch, Owner: node, Incarnation: 1}
 	}
-	return &coordinator.NotOwnerError{Owner: o}
+	return &ownership.NotOwnerError{Owner: o}
 }
 
 // fakeOwners names one address for every key.
@@ -227,13 +227,13 @@ type fakeOwners struct {
 	err  error
 }
 
-func (f *fakeOwners) Owner([]byte) (coordinator.OwnerInfo, error) {
+func (f *fakeOwners) Owner([]byte) (ownership.OwnerInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
-		return coordinator.OwnerInfo{}, f.err
+		return ownership.OwnerInfo{}, f.err
 	}
-	return coordinator.OwnerInfo{Partition: 3, Node: "n-" + f.addr, Addr: f.addr}, nil
+	return ownership.OwnerInfo{Partition: 3, Node: "n-" + f.addr, Addr: f.addr}, nil
 }
 
 func (f *fakeOwners) set(addr string) {

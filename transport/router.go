@@ -17,20 +17,20 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/ownership"
 )
 
 // Owners tells a Router who owns a key; *coordinator.Coordinator
 // implements it. Owner is called on every call, concurrently, and must not
 // block.
 type Owners interface {
-	Owner(key []byte) (coordinator.OwnerInfo, error)
+	Owner(key []byte) (ownership.OwnerInfo, error)
 }
 
 // memberLister is the optional part of Owners a Router uses to close the
 // connections of members that are gone.
 type memberLister interface {
-	Members() []coordinator.Member
+	Members() []ownership.Member
 }
 
 // RouterConfig configures a Router.

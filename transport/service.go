@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ring"
 	pb "github.com/tenure-go/tenure/transport/ownershippb"
 )
@@ -18,8 +19,8 @@ import (
 // *coordinator.Coordinator implements it. Every method is called
 // concurrently and must not block.
 type OwnershipSource interface {
-	Owner(key []byte) (coordinator.OwnerInfo, error)
-	OwnerOfPartition(p uint32) (coordinator.OwnerInfo, error)
+	Owner(key []byte) (ownership.OwnerInfo, error)
+	OwnerOfPartition(p uint32) (ownership.OwnerInfo, error)
 	Table() *ring.Table
 	Subscribe(buf int) (<-chan coordinator.Event, func())
 }

@@ -74,7 +74,7 @@ func tokenText(t ownership.Token) string {
 
 // NotOwnerStatus returns the FailedPrecondition status a node answers with
 // for a key whose partition owner is described by o.
-func NotOwnerStatus(o coordinator.OwnerInfo) error {
+func NotOwnerStatus(o ownership.OwnerInfo) error {
 	md := map[string]string{
 		"partition": strconv.FormatUint(uint64(o.Partition), 10),
 		"owner":     o.Node,
@@ -114,11 +114,11 @@ func StaleStatus(e *ownership.StaleTokenError) error {
 // statuses, so a handler can return what a fence or the coordinator said:
 //
 //   - *ownership.StaleTokenError: FailedPrecondition, ReasonStaleToken
-//   - *coordinator.NotOwnerError: FailedPrecondition, ReasonNotOwner
+//   - *ownership.NotOwnerError: FailedPrecondition, ReasonNotOwner
 //   - ownership.ErrNotFenced: FailedPrecondition, ReasonNotFenced
 //   - ownership.ErrBadMAC: Unauthenticated
 //   - ownership.ErrMalformedToken, ownership.ErrPartitionRange: InvalidArgument
-//   - ownership.ErrLeaseEnded, coordinator.ErrNoOwner, coordinator.ErrClosed: Unavailable
+//   - ownership.ErrLeaseEnded, ownership.ErrNoOwner, coordinator.ErrClosed: Unavailable
 //   - context errors: Canceled or DeadlineExceeded
 //
 // A status error, nil, and any other error are returned unchanged.
@@ -130,7 +130,7 @@ func StatusFromError(err error) error {
 		return err
 	}
 	var stale *ownership.StaleTokenError
-	var notOwner *coordinator.NotOwnerError
+	var notOwner *ownership.NotOwnerError
 	switch {
 	case errors.As(err, &stale):
 		return StaleStatus(stale)
@@ -142,7 +142,7 @@ func StatusFromError(err error) error {
 		return status.Error(codes.Unauthenticated, err.Error())
 	case errors.Is(err, ownership.ErrMalformedToken), errors.Is(err, ownership.ErrPartitionRange):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ownership.ErrLeaseEnded), errors.Is(err, coordinator.ErrNoOwner), errors.Is(err, coordinator.ErrClosed):
+	case errors.Is(err, ownership.ErrLeaseEnded), errors.Is(err, ownership.ErrNoOwner), errors.Is(err, coordinator.ErrClosed):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
@@ -167,35 +167,35 @@ func info(err error) (codes.Code, *errdetails.ErrorInfo) {
 // OwnerHint returns the owner named by a ReasonNotOwner status. It reports
 // false for any other error and for a detail that does not decode (a bad
 // partition, epoch or token, an oversized address or owner).
-func OwnerHint(err error) (coordinator.OwnerInfo, bool) {
+func OwnerHint(err error) (ownership.OwnerInfo, bool) {
 	c, ei := info(err)
 	if c != codes.FailedPrecondition || ei == nil || ei.GetReason() != ReasonNotOwner {
-		return coordinator.OwnerInfo{}, false
+		return ownership.OwnerInfo{}, false
 	}
 	return decodeOwner(ei.GetMetadata())
 }
 
-func decodeOwner(md map[string]string) (coordinator.OwnerInfo, bool) {
+func decodeOwner(md map[string]string) (ownership.OwnerInfo, bool) {
 	p, err := strconv.ParseUint(md["partition"], 10, 32)
 	if err != nil {
-		return coordinator.OwnerInfo{}, false
+		return ownership.OwnerInfo{}, false
 	}
-	o := coordinator.OwnerInfo{Partition: uint32(p), Node: md["owner"], Addr: md["address"]}
+	o := ownership.OwnerInfo{Partition: uint32(p), Node: md["owner"], Addr: md["address"]}
 	if o.Node == "" || len(o.Node) > ownership.MaxOwnerSize || len(o.Addr) > maxHintAddr {
-		return coordinator.OwnerInfo{}, false
+		return ownership.OwnerInfo{}, false
 	}
 	epoch, err := strconv.ParseUint(md["epoch"], 10, 64)
 	if err != nil {
-		return coordinator.OwnerInfo{}, false
+		return ownership.OwnerInfo{}, false
 	}
 	if text := md["token"]; text != "" {
 		t, err := ownership.ParseTokenText(text)
 		if err != nil || t.Epoch != epoch || t.Partition != o.Partition || t.Owner != o.Node {
-			return coordinator.OwnerInfo{}, false
+			return ownership.OwnerInfo{}, false
 		}
 		o.Token = t
 	} else if epoch != 0 {
-		return coordinator.OwnerInfo{}, false
+		return ownership.OwnerInfo{}, false
 	}
 	return o, true
 }

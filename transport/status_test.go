@@ -16,7 +16,7 @@ import (
 )
 
 func TestNotOwnerRoundTrip(t *testing.T) {
-	for _, o := range []coordinator.OwnerInfo{
+	for _, o := range []ownership.OwnerInfo{
 		{Partition: 5, Node: "node-a", Addr: "10.0.0.1:7000", Token: testToken()},
 		{Partition: 5, Node: "node-a", Addr: ""}, // handoff: no token yet
 		{Partition: 0, Node: "n", Addr: "h:1", Token: ownership.Token{Partition: 0, Epoch: 1, Owner: "n"}},
@@ -71,7 +71,7 @@ func TestStatusFromError(t *testing.T) {
 		{ownership.ErrPartitionRange, codes.InvalidArgument},
 		{ownership.ErrNotFenced, codes.FailedPrecondition},
 		{ownership.ErrLeaseEnded, codes.Unavailable},
-		{coordinator.ErrNoOwner, codes.Unavailable},
+		{ownership.ErrNoOwner, codes.Unavailable},
 		{coordinator.ErrClosed, codes.Unavailable},
 		{notOwner("b", "b:1", 4), codes.FailedPrecondition},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
@@ -92,7 +92,7 @@ func TestStatusFromError(t *testing.T) {
 }
 
 func FuzzOwnerHint(f *testing.F) {
-	good := NotOwnerStatus(coordinator.OwnerInfo{Partition: 5, Node: "node-a", Addr: "h:1", Token: testToken()})
+	good := NotOwnerStatus(ownership.OwnerInfo{Partition: 5, Node: "node-a", Addr: "h:1", Token: testToken()})
 	_, ei := info(good)
 	md := ei.GetMetadata()
 	f.Add(md["partition"], md["owner"], md["address"], md["epoch"], md["token"])

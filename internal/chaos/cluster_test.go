@@ -608,15 +608,15 @@ func (o owners) pick() *coordinator.Coordinator {
 	return cs[int(o.rng.float()*float64(len(cs)))%len(cs)]
 }
 
-func (o owners) Owner(key []byte) (coordinator.OwnerInfo, error) {
+func (o owners) Owner(key []byte) (ownership.OwnerInfo, error) {
 	c := o.pick()
 	if c == nil {
-		return coordinator.OwnerInfo{}, coordinator.ErrNoOwner
+		return ownership.OwnerInfo{}, ownership.ErrNoOwner
 	}
 	return c.Owner(key)
 }
 
-func (o owners) Members() []coordinator.Member {
+func (o owners) Members() []ownership.Member {
 	if c := o.pick(); c != nil {
 		return c.Members()
 	}
@@ -727,7 +727,7 @@ func (cl *cluster) settled(ctx context.Context) error {
 		}
 	}
 	for p := range cl.cfg.partitions {
-		owner := table.Owner(p)
+		owner := table.Owner(uint32(p))
 		var holders []string
 		var tok ownership.Token
 		for _, n := range live {

@@ -335,6 +335,9 @@ type recAuthority struct {
 	recs []claimRec
 }
 
+// Strict is the wrapped authority's.
+func (a *recAuthority) Strict() bool { return a.a.Strict() }
+
 func (a *recAuthority) Claim(ctx context.Context, p uint32, n ownership.Node, seen ownership.Token) (ownership.Token, error) {
 	rec := claimRec{Start: Now()}
 	t, err := a.a.Claim(ctx, p, n, seen)

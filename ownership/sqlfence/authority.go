@@ -32,6 +32,9 @@ var _ ownership.Authority = (*Authority)(nil)
 // authenticated: if f has a Verifier, sign them before use.
 func (f *Fence) Authority() *Authority { return &Authority{f: f} }
 
+// Strict returns true: the database issues each epoch once (S4).
+func (a *Authority) Strict() bool { return true }
+
 // ConflictError is returned by Claim when the partition's mark is not the
 // one the claimant saw: another claim (or a fence) won. Retry with Current
 // as seen. errors.Is(err, ownership.ErrConflict) holds.
