@@ -29,6 +29,14 @@ var (
 	// ErrPartitionRange: a partition number outside what the fence or
 	// authority was built for.
 	ErrPartitionRange = errors.New("tenure: partition out of range")
+	// ErrOutcomeUnknown: a write may or may not have been applied (its
+	// commit was sent but the answer was lost, or the deadline passed
+	// mid-commit). It is neither success nor failure: retrying it is a
+	// second write unless the write carries a request id the resource
+	// deduplicates. An error wrapping it never also wraps
+	// context.Canceled or context.DeadlineExceeded, so it is not mistaken
+	// for "nothing happened".
+	ErrOutcomeUnknown = errors.New("tenure: outcome unknown")
 )
 
 // ConflictError is returned by an Authority's Claim when the partition's
