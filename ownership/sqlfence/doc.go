@@ -46,8 +46,10 @@
 //     token, and through the *sql.Tx it hands to fn only. Writes made
 //     outside Do are not fenced.
 //  5. On ownership.ErrStaleToken, end the lease: the partition has a newer
-//     owner. On an error from the commit itself the outcome is unknown:
-//     fence again and re-read before relying on it.
+//     owner. An error from the commit itself wraps
+//     ownership.ErrOutcomeUnknown: the write may have committed. Fence
+//     again and re-read before relying on it; retry it only if the
+//     database deduplicates it.
 //  6. Close the Fence when done (it holds prepared statements), then the
 //     database.
 //

@@ -167,9 +167,13 @@ func (f *Fence) Current(ctx context.Context, p uint32) (ownership.Token, error) 
 //
 // fn must do all its work through tx and must not commit or roll back.
 // If fn returns an error (or panics) the transaction rolls back and Do
-// returns fn's error unchanged (or re-panics). An error from the commit
-// itself leaves the outcome unknown: fence or read back before relying on
-// it.
+// returns fn's error unchanged (or re-panics). If ctx has ended when fn
+// returns, Do does not commit and returns ctx's error: nothing was applied.
+// An error from the commit itself leaves the outcome unknown: it wraps
+// ownership.ErrOutcomeUnknown, never a context error (the write may have
+// committed, so it must not look like "cancelled, nothing happened"); fence
+// or read back before relying on it, and retry only a write the database
+// deduplicates.
 func (f *Fence) Do(ctx context.Context, t ownership.Token, m ownership.Mode, fn func(tx *sql.Tx) error) error {
 	if err := f.check(t); err != nil {
 		return err
@@ -191,8 +195,13 @@ func (f *Fence) Do(ctx context.Context, t ownership.Token, m ownership.Mode, fn 
 	if err := fn(tx); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		// database/sql rolls back a transaction whose context ended, and
+		// its Commit would not send COMMIT: nothing is applied.
+		return fmt.Errorf("sqlfence: not committed under %v: %w", t, err)
+	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlfence: commit under %v (outcome unknown): %w", t, err)
+		return fmt.Errorf("sqlfence: commit under %v: %w: %v", t, ownership.ErrOutcomeUnknown, err)
 	}
 	return nil
 }
