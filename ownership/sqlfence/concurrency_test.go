@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
 // op is one call in a concurrent history: a fence or a fenced write.
@@ -28,17 +29,17 @@ type op struct {
 // committed, and that every write under the current token committed when
 // no higher token intervened.
 func TestConcurrentWriters(t *testing.T) {
-	for _, b := range backends() {
+	for b, via := range everyPath() {
 		for _, m := range []ownership.Mode{ownership.Exact, ownership.Monotonic} {
-			t.Run(b.name+"/"+m.String(), func(t *testing.T) {
+			t.Run(b.name+"/"+via.name+"/"+m.String(), func(t *testing.T) {
 				t.Parallel()
-				runConcurrentWriters(t, b, m)
+				runConcurrentWriters(t, b, via, m)
 			})
 		}
 	}
 }
 
-func runConcurrentWriters(t *testing.T, b backend, mode ownership.Mode) {
+func runConcurrentWriters(t *testing.T, b backend, via path, mode ownership.Mode) {
 	const (
 		writers  = 12
 		perGo    = 30
@@ -109,7 +110,7 @@ func runConcurrentWriters(t *testing.T, b backend, mode ownership.Mode) {
 				o := op{id: int(nextWrite.Add(1)), idx: idx}
 				tk := toks[idx]
 				o.start = clock.Add(1)
-				o.err = f.Do(ctx, tk, mode, func(tx *sql.Tx) error {
+				o.err = via.do(f, ctx, tk, mode, func(tx sqlfence.Tx) error {
 					_, err := tx.ExecContext(ctx, insert, int64(tk.Epoch), tk.Owner, o.id)
 					return err
 				})

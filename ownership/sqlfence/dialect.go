@@ -1,9 +1,14 @@
 package sqlfence
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/tenure-go/tenure/ownership"
 )
 
 // A Dialect is the SQL a Fence speaks to one database engine. Get one from
@@ -27,6 +32,11 @@ type Dialect struct {
 	// the table changes, which a *sql.Stmt would not; modernc.org/sqlite
 	// parses every statement anew, which costs more than running it.
 	prepare bool
+	// oneTrip: DoConn sends BEGIN and the check as one message of
+	// statements without parameters (PostgreSQL's simple query protocol),
+	// the token written as literals, and learns the outcome from the
+	// number of rows the last statement returned. Otherwise DoConn is Do.
+	oneTrip bool
 }
 
 // SQLite returns the dialect for SQLite, for example through the pure-Go
@@ -65,7 +75,8 @@ func Postgres() Dialect {
 		// FOR NO KEY UPDATE conflicts with every UPDATE of the row, so a
 		// fence waits until the transaction ends; a transaction that waited
 		// behind a fence reads the row as the fence left it.
-		lock: `SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1 FOR NO KEY UPDATE`,
+		lock:    `SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1 FOR NO KEY UPDATE`,
+		oneTrip: true,
 	}
 }
 
@@ -79,6 +90,8 @@ func (d Dialect) String() string {
 
 // statements is the SQL of one fence table in one dialect.
 type statements struct {
+	table      string
+	collate    string
 	schema     string
 	fence      string
 	current    string
@@ -89,20 +102,15 @@ type statements struct {
 
 func (d Dialect) statements(table string) statements {
 	return statements{
+		table:   table,
+		collate: d.collate,
 		schema: fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	partition_id BIGINT NOT NULL PRIMARY KEY,
 	epoch BIGINT NOT NULL CHECK (epoch > 0),
 	owner %s NOT NULL,
 	incarnation %[2]s NOT NULL CHECK (length(incarnation) = 16)
 )`, table, d.textType),
-		// Advance the mark to the token if the token is higher; the row
-		// comparison is Token.Compare.
-		fence: fmt.Sprintf(`INSERT INTO %s AS f (partition_id, epoch, owner, incarnation)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (partition_id) DO UPDATE
-SET epoch = excluded.epoch, owner = excluded.owner, incarnation = excluded.incarnation
-WHERE (f.epoch, f.owner COLLATE %[2]s, f.incarnation COLLATE %[2]s)
-	< (excluded.epoch, excluded.owner COLLATE %[2]s, excluded.incarnation COLLATE %[2]s)`, table, d.collate),
+		fence:   fenceSQL(table, d.collate, "$1, $2, $3, $4"),
 		current: fmt.Sprintf(`SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1`, table),
 		lock:    fmt.Sprintf(d.lock, table),
 		claim: fmt.Sprintf(`UPDATE %s SET epoch = epoch + 1, owner = $2, incarnation = $3
@@ -110,6 +118,77 @@ WHERE partition_id = $1 AND epoch = $4 RETURNING epoch`, table),
 		claimFirst: fmt.Sprintf(`INSERT INTO %s (partition_id, epoch, owner, incarnation)
 VALUES ($1, 1, $2, $3) ON CONFLICT (partition_id) DO NOTHING RETURNING epoch`, table),
 	}
+}
+
+// fenceSQL advances the mark to the token given by values (partition,
+// epoch, owner, incarnation) if the token is higher; the row comparison
+// is Token.Compare.
+func fenceSQL(table, collate, values string) string {
+	return fmt.Sprintf(`INSERT INTO %s AS f (partition_id, epoch, owner, incarnation)
+VALUES (%s)
+ON CONFLICT (partition_id) DO UPDATE
+SET epoch = excluded.epoch, owner = excluded.owner, incarnation = excluded.incarnation
+WHERE (f.epoch, f.owner COLLATE %[3]s, f.incarnation COLLATE %[3]s)
+	< (excluded.epoch, excluded.owner COLLATE %[3]s, excluded.incarnation COLLATE %[3]s)`, table, values, collate)
+}
+
+// checkSQL locks partition $1's row and returns it if the mark is the
+// token ($2, $3, $4): a row returned means the transaction holds the
+// partition under that token.
+func (s statements) checkSQL() string {
+	return fmt.Sprintf(`SELECT 1 FROM %[1]s WHERE partition_id = $1 AND epoch = $2
+	AND owner COLLATE %[2]s = $3 AND incarnation COLLATE %[2]s = $4 FOR NO KEY UPDATE`, s.table, s.collate)
+}
+
+// prepared names the server-side prepared statements DoConn runs on
+// PostgreSQL for this table: a digest of the table's name, so that fences
+// of two tables never run each other's statements.
+func (s statements) prepared(kind string) string {
+	sum := sha256.Sum256([]byte(s.table))
+	return "tenure_" + kind + "_" + hex.EncodeToString(sum[:12])
+}
+
+// prepare is what DoConn sends, once per connection, to prepare its
+// statements on PostgreSQL: the check and the fence statement.
+func (s statements) prepare() []string {
+	const params = "(BIGINT, BIGINT, TEXT, TEXT)"
+	return []string{
+		"PREPARE " + s.prepared("check") + " " + params + " AS " + s.checkSQL(),
+		"PREPARE " + s.prepared("raise") + " " + params + " AS " + s.fence,
+	}
+}
+
+// beginCheck is the message DoConn sends first on PostgreSQL: BEGIN; in
+// Monotonic mode the fence statement, which locks the row whether or not
+// it raises the mark; and the check, which returns a row only if the mark
+// is t. The statements are prepared (see prepare): a message of several
+// statements is parsed and planned anew each time, which costs more than
+// the round trip it saves.
+//
+// A message of several statements takes no parameters, so the token goes
+// in as literals: numbers in decimal, the incarnation in hex, and the
+// owner quoted if it holds only letters, digits and "-_.:/@", else as hex
+// that the server decodes, so no byte of a name is ever read as SQL.
+func (s statements) beginCheck(t ownership.Token, m ownership.Mode) string {
+	args := "(" + strconv.FormatUint(uint64(t.Partition), 10) + ", " + strconv.FormatUint(t.Epoch, 10) +
+		", " + ownerLiteral(t.Owner) + ", '" + incarnationText(t.Incarnation) + "')"
+	msg := "BEGIN; "
+	if m == ownership.Monotonic {
+		msg += "EXECUTE " + s.prepared("raise") + args + "; "
+	}
+	return msg + "EXECUTE " + s.prepared("check") + args
+}
+
+// ownerLiteral is owner as a SQL expression of type text.
+func ownerLiteral(owner string) string {
+	for i := 0; i < len(owner); i++ {
+		c := owner[i]
+		plain := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.:/@", c) >= 0
+		if !plain {
+			return "convert_from(decode('" + hex.EncodeToString([]byte(owner)) + "', 'hex'), 'UTF8')"
+		}
+	}
+	return "'" + owner + "'"
 }
 
 // DefaultTable is the fence table's name when Config.Table is empty.

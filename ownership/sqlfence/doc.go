@@ -32,6 +32,19 @@
 // and lets a higher one advance it; use it when writers may reach the
 // database without fencing first.
 //
+// # Do and DoConn
+//
+// Do hands fn a *sql.Tx. On PostgreSQL that costs a round trip more than
+// the same transaction unfenced: database/sql sends BEGIN, then the check,
+// then fn's statements, then COMMIT. DoConn sends BEGIN and the check in
+// one message and hands fn a Tx (the statement methods of *sql.Tx) on a
+// connection of its own, so the check costs no round trip, only the
+// server's work on one more statement. Both promise the same; the token
+// DoConn puts in its message is written as literals (numbers, hex, and the
+// owner name quoted only if it is letters, digits and "-_.:/@", else hex
+// decoded by the server), never as SQL text from the caller. On SQLite,
+// which has no round trips, DoConn is Do.
+//
 // # The caller's duties, in order
 //
 //  1. Open the database. For SQLite use WAL mode and a busy timeout, e.g.
@@ -42,9 +55,9 @@
 //     partition's state or serving it. After Fence returns, no write under
 //     an older token can commit. A stale-token error means a newer owner
 //     exists: give the lease up.
-//  4. Make every write to the partition's state through Do with the lease's
-//     token, and through the *sql.Tx it hands to fn only. Writes made
-//     outside Do are not fenced.
+//  4. Make every write to the partition's state through Do or DoConn with
+//     the lease's token, and through the transaction it hands to fn only.
+//     Writes made outside them are not fenced.
 //  5. On ownership.ErrStaleToken, end the lease: the partition has a newer
 //     owner. An error from the commit itself wraps
 //     ownership.ErrOutcomeUnknown: the write may have committed. Fence

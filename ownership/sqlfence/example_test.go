@@ -122,3 +122,58 @@ func ExampleFence_Authority() {
 	// 1 node-a <nil>
 	// 2 node-b <nil>
 }
+
+// DoConn runs the same transaction as Do; fn gets a Tx, which has the
+// statement methods of *sql.Tx. On PostgreSQL it saves Do's round trip
+// for the check; on SQLite it is Do.
+func ExampleFence_DoConn() {
+	db, fence, done := exampleFence()
+	defer done()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE counters (name TEXT PRIMARY KEY, n INTEGER)`); err != nil {
+		panic(err)
+	}
+	owner := ownership.Token{Partition: 1, Epoch: 4, Owner: "node-a", Incarnation: 7}
+	if _, err := fence.Fence(ctx, owner); err != nil {
+		panic(err)
+	}
+	bump := func(t ownership.Token) error {
+		return fence.DoConn(ctx, t, ownership.Exact, func(tx sqlfence.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO counters VALUES ('hits', 1)
+				ON CONFLICT (name) DO UPDATE SET n = n + 1`)
+			return err
+		})
+	}
+	fmt.Println(bump(owner), bump(owner))
+	older := owner
+	older.Epoch = 3
+	fmt.Println(errors.Is(bump(older), ownership.ErrStaleToken))
+	// Output:
+	// <nil> <nil>
+	// true
+}
+
+// exampleFence opens a SQLite file in a new directory and a fence on it
+// with its schema created; done closes both and removes the directory.
+func exampleFence() (db *sql.DB, fence *sqlfence.Fence, done func()) {
+	dir, err := os.MkdirTemp("", "sqlfence-example")
+	if err != nil {
+		panic(err)
+	}
+	db, err = sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+
+		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		panic(err)
+	}
+	if fence, err = sqlfence.New(db, sqlfence.SQLite(), sqlfence.Config{}); err != nil {
+		panic(err)
+	}
+	if err := fence.CreateSchema(context.Background()); err != nil {
+		panic(err)
+	}
+	return db, fence, func() {
+		fence.Close()
+		db.Close()
+		os.RemoveAll(dir)
+	}
+}

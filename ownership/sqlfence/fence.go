@@ -175,14 +175,8 @@ func (f *Fence) Current(ctx context.Context, p uint32) (ownership.Token, error) 
 // or read back before relying on it, and retry only a write the database
 // deduplicates.
 func (f *Fence) Do(ctx context.Context, t ownership.Token, m ownership.Mode, fn func(tx *sql.Tx) error) error {
-	if err := f.check(t); err != nil {
+	if err := f.checkCall(t, m, fn != nil); err != nil {
 		return err
-	}
-	if m != ownership.Exact && m != ownership.Monotonic {
-		return fmt.Errorf("sqlfence: unknown mode %d", m)
-	}
-	if fn == nil {
-		return errors.New("sqlfence: nil transaction function")
 	}
 	tx, err := f.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -267,21 +261,31 @@ func (q txStmt) QueryRowContext(ctx context.Context, _ string, args ...any) *sql
 // hold locks t's partition row in tx and checks t against the mark,
 // advancing the mark to t in Monotonic mode.
 func (f *Fence) hold(ctx context.Context, tx *sql.Tx, t ownership.Token, m ownership.Mode) error {
-	mark, _, err := f.lockMark(ctx, tx, t.Partition) // a missing row is the zero mark
+	return f.judge(ctx, tx, t, m, func() (ownership.Token, error) {
+		mark, _, err := f.lockMark(ctx, tx, t.Partition) // a missing row is the zero mark
+		return mark, err
+	})
+}
+
+// judge checks t against the mark that lock returns, in a transaction
+// whose statements e runs; lock must leave t's partition row locked until
+// the transaction ends. In Monotonic mode a higher t becomes the mark.
+func (f *Fence) judge(ctx context.Context, e execer, t ownership.Token, m ownership.Mode, lock func() (ownership.Token, error)) error {
+	mark, err := lock()
 	if err != nil {
 		return fmt.Errorf("sqlfence: check %v: %w", t, err)
 	}
 	if m == ownership.Exact || t.Compare(mark) <= 0 {
 		return ownership.Judge(t, mark)
 	}
-	if raised, err := f.raise(ctx, tx, t); err != nil {
+	if raised, err := f.raise(ctx, e, t); err != nil {
 		return fmt.Errorf("sqlfence: advance to %v: %w", t, err)
 	} else if raised {
 		return nil // inserted or updated: the row is ours until the end
 	}
 	// Another transaction inserted the row first (PostgreSQL, when the row
 	// was missing). Lock it and compare again.
-	mark, _, err = f.lockMark(ctx, tx, t.Partition)
+	mark, err = lock()
 	if err != nil {
 		return fmt.Errorf("sqlfence: check %v: %w", t, err)
 	}

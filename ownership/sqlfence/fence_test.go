@@ -160,12 +160,12 @@ func TestFenceOrder(t *testing.T) {
 }
 
 func TestDoExact(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for b, via := range everyPath() {
+		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
-			kv := newKV(t, db)
+			kv := newKV(t, db, via)
 			ctx, cancel := testContext(t)
 			defer cancel()
 
@@ -200,12 +200,12 @@ func TestDoExact(t *testing.T) {
 }
 
 func TestDoMonotonic(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for b, via := range everyPath() {
+		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
-			kv := newKV(t, db)
+			kv := newKV(t, db, via)
 			ctx, cancel := testContext(t)
 			defer cancel()
 
@@ -223,7 +223,7 @@ func TestDoMonotonic(t *testing.T) {
 			}
 			// A higher write that rolls back leaves the mark alone.
 			boom := errors.New("boom")
-			err := f.Do(ctx, t3, ownership.Monotonic, func(tx *sql.Tx) error {
+			err := via.do(f, ctx, t3, ownership.Monotonic, func(tx sqlfence.Tx) error {
 				if _, err := tx.ExecContext(ctx, kv.upsert, "k", "rolled back"); err != nil {
 					return err
 				}
@@ -250,19 +250,19 @@ func TestDoMonotonic(t *testing.T) {
 }
 
 func TestDoRollsBack(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for b, via := range everyPath() {
+		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
-			kv := newKV(t, db)
+			kv := newKV(t, db, via)
 			ctx, cancel := testContext(t)
 			defer cancel()
 			t1 := tok(1, 1, "a", 1)
 			mustFence(t, f, t1)
 
 			boom := errors.New("boom")
-			err := f.Do(ctx, t1, ownership.Exact, func(tx *sql.Tx) error {
+			err := via.do(f, ctx, t1, ownership.Exact, func(tx sqlfence.Tx) error {
 				if _, err := tx.ExecContext(ctx, kv.upsert, "k", "no"); err != nil {
 					return err
 				}
@@ -277,7 +277,7 @@ func TestDoRollsBack(t *testing.T) {
 						t.Fatalf("recovered %v, want fn's panic", r)
 					}
 				}()
-				_ = f.Do(ctx, t1, ownership.Exact, func(tx *sql.Tx) error {
+				_ = via.do(f, ctx, t1, ownership.Exact, func(tx sqlfence.Tx) error {
 					if _, err := tx.ExecContext(ctx, kv.upsert, "k", "no"); err != nil {
 						return err
 					}
@@ -310,12 +310,12 @@ func TestDoRollsBack(t *testing.T) {
 // TestFenceWaitsForDo: a fence that lands while a write holds the partition
 // waits for the write's commit, and the write commits.
 func TestFenceWaitsForDo(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for b, via := range everyPath() {
+		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
-			kv := newKV(t, db)
+			kv := newKV(t, db, via)
 			ctx, cancel := testContext(t)
 			defer cancel()
 			t1, t2 := tok(2, 1, "a", 1), tok(2, 2, "b", 2)
@@ -324,7 +324,7 @@ func TestFenceWaitsForDo(t *testing.T) {
 			holding, release := make(chan struct{}), make(chan struct{})
 			doErr := make(chan error, 1)
 			go func() {
-				doErr <- f.Do(ctx, t1, ownership.Exact, func(tx *sql.Tx) error {
+				doErr <- via.do(f, ctx, t1, ownership.Exact, func(tx sqlfence.Tx) error {
 					if _, err := tx.ExecContext(ctx, kv.upsert, "k", "t1"); err != nil {
 						return err
 					}
@@ -370,21 +370,27 @@ func TestFenceWaitsForDo(t *testing.T) {
 // statement on table.
 func waitForLockWait(t *testing.T, db *sql.DB, table string) {
 	t.Helper()
+	pollRows(t, db, "a backend waiting for the partition's row lock", `SELECT count(*) FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND datname = current_database() AND strpos(query, $1) > 0`, table)
+}
+
+// pollRows polls until query, a count, returns more than zero, for at
+// most 20 s.
+func pollRows(t *testing.T, db *sql.DB, what, query string, args ...any) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
+	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		var n int
-		err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND datname = current_database() AND strpos(query, $1) > 0`, table).Scan(&n)
-		if err != nil {
-			t.Fatalf("pg_stat_activity: %v", err)
+		if err := db.QueryRow(query, args...).Scan(&n); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
 		}
 		if n > 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no backend waits for the partition's row lock")
+			t.Fatalf("no %s after 20 s", what)
 		}
 		<-tick.C
 	}
@@ -396,7 +402,7 @@ func TestAuthorityClaims(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
-			kv := newKV(t, db)
+			kv := newKV(t, db, paths()[0])
 			a := f.Authority()
 			ctx, cancel := testContext(t)
 			defer cancel()
@@ -452,8 +458,8 @@ func TestVerifier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for b, via := range everyPath() {
+		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f, _ := newFenceTable(t, db, b.dialect, sqlfence.Config{Verifier: keys})
@@ -466,7 +472,7 @@ func TestVerifier(t *testing.T) {
 				if _, err := f.Fence(ctx, bad); !errors.Is(err, ownership.ErrBadMAC) {
 					t.Fatalf("Fence(%v) = %v, want ErrBadMAC", bad, err)
 				}
-				if err := f.Do(ctx, bad, ownership.Monotonic, func(*sql.Tx) error { return nil }); !errors.Is(err, ownership.ErrBadMAC) {
+				if err := via.do(f, ctx, bad, ownership.Monotonic, func(sqlfence.Tx) error { return nil }); !errors.Is(err, ownership.ErrBadMAC) {
 					t.Fatalf("Do(%v) = %v, want ErrBadMAC", bad, err)
 				}
 			}
@@ -474,7 +480,7 @@ func TestVerifier(t *testing.T) {
 				t.Fatalf("unauthentic token fenced: mark %v", cur)
 			}
 			mustFence(t, f, good)
-			if err := f.Do(ctx, good, ownership.Exact, func(*sql.Tx) error { return nil }); err != nil {
+			if err := via.do(f, ctx, good, ownership.Exact, func(sqlfence.Tx) error { return nil }); err != nil {
 				t.Fatalf("Do with a signed token: %v", err)
 			}
 		})
@@ -506,27 +512,32 @@ func TestUsageErrors(t *testing.T) {
 	f := newFence(t, db, sqlfence.SQLite())
 	ctx, cancel := testContext(t)
 	defer cancel()
-	noop := func(*sql.Tx) error { return nil }
-	for _, bad := range []ownership.Token{
-		{},
-		tok(1, 0, "a", 1),
-		tok(1, 1<<63, "a", 1),
-		tok(1, 1, "a\x00", 1),
-		tok(1, 1, "\xff", 1),
-	} {
-		if _, err := f.Fence(ctx, bad); err == nil {
-			t.Errorf("Fence(%v) succeeded", bad)
+	noop := func(sqlfence.Tx) error { return nil }
+	for _, via := range paths() {
+		for _, bad := range []ownership.Token{
+			{},
+			tok(1, 0, "a", 1),
+			tok(1, 1<<63, "a", 1),
+			tok(1, 1, "a\x00", 1),
+			tok(1, 1, "\xff", 1),
+		} {
+			if _, err := f.Fence(ctx, bad); err == nil {
+				t.Errorf("Fence(%v) succeeded", bad)
+			}
+			if err := via.do(f, ctx, bad, ownership.Monotonic, noop); err == nil {
+				t.Errorf("%s(%v) succeeded", via.name, bad)
+			}
 		}
-		if err := f.Do(ctx, bad, ownership.Monotonic, noop); err == nil {
-			t.Errorf("Do(%v) succeeded", bad)
+		if err := via.do(f, ctx, tok(1, 0, "a", 1), ownership.Monotonic, noop); err == nil || !strings.Contains(err.Error(), "epoch 0") {
+			t.Errorf("%s with epoch 0 = %v, want an error naming epoch 0", via.name, err)
 		}
-	}
-	good := tok(1, 1, "a", 1)
-	if err := f.Do(ctx, good, ownership.Mode(9), noop); err == nil {
-		t.Error("Do with an unknown mode succeeded")
-	}
-	if err := f.Do(ctx, good, ownership.Monotonic, nil); err == nil {
-		t.Error("Do with a nil fn succeeded")
+		good := tok(1, 1, "a", 1)
+		if err := via.do(f, ctx, good, ownership.Mode(9), noop); err == nil {
+			t.Errorf("%s with an unknown mode succeeded", via.name)
+		}
+		if err := via.do(f, ctx, good, ownership.Monotonic, nil); err == nil {
+			t.Errorf("%s with a nil fn succeeded", via.name)
+		}
 	}
 	if cur, _ := f.Current(ctx, 1); !cur.IsZero() {
 		t.Errorf("rejected calls fenced %v", cur)
@@ -539,15 +550,15 @@ func TestUsageErrors(t *testing.T) {
 // TestPrepareAndClose: Do before the table exists fails and succeeds once
 // it does; after Close the fence keeps working.
 func TestPrepareAndClose(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for b, via := range everyPath() {
+		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f, err := sqlfence.New(db, b.dialect, sqlfence.Config{Table: uniqueName(t, db, "tenure_fence")})
 			if err != nil {
 				t.Fatal(err)
 			}
-			kv := newKV(t, db)
+			kv := newKV(t, db, via)
 			ctx, cancel := testContext(t)
 			defer cancel()
 			t1 := tok(1, 1, "a", 1)
@@ -594,11 +605,12 @@ func mustFence(t *testing.T, f *sqlfence.Fence, tk ownership.Token) {
 // kv is a key/value table the tests write through the fence.
 type kv struct {
 	db     *sql.DB
+	via    path // how put runs its transaction
 	table  string
 	upsert string
 }
 
-func newKV(t testing.TB, db *sql.DB) *kv {
+func newKV(t testing.TB, db *sql.DB, via path) *kv {
 	t.Helper()
 	name := uniqueName(t, db, "tenure_kv")
 	ctx, cancel := testContext(t)
@@ -606,12 +618,12 @@ func newKV(t testing.TB, db *sql.DB) *kv {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE "`+name+`" (k TEXT PRIMARY KEY, v TEXT NOT NULL)`); err != nil {
 		t.Fatalf("create kv table: %v", err)
 	}
-	return &kv{db: db, table: name,
+	return &kv{db: db, table: name, via: via,
 		upsert: `INSERT INTO "` + name + `" (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v`}
 }
 
 func (s *kv) put(ctx context.Context, f *sqlfence.Fence, tk ownership.Token, m ownership.Mode, k, v string) error {
-	return f.Do(ctx, tk, m, func(tx *sql.Tx) error {
+	return s.via.do(f, ctx, tk, m, func(tx sqlfence.Tx) error {
 		_, err := tx.ExecContext(ctx, s.upsert, k, v)
 		return err
 	})

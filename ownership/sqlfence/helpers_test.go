@@ -5,12 +5,14 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"iter"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/tenure-go/tenure/internal/testdb"
+	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -53,6 +55,37 @@ func withPool(db *sql.DB) *sql.DB {
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16)
 	return db
+}
+
+// path is one way of running a fenced transaction: Do or DoConn.
+type path struct {
+	name string
+	do   func(f *sqlfence.Fence, ctx context.Context, t ownership.Token, m ownership.Mode, fn func(sqlfence.Tx) error) error
+}
+
+func paths() []path {
+	return []path{
+		{"do", func(f *sqlfence.Fence, ctx context.Context, t ownership.Token, m ownership.Mode, fn func(sqlfence.Tx) error) error {
+			if fn == nil {
+				return f.Do(ctx, t, m, nil)
+			}
+			return f.Do(ctx, t, m, func(tx *sql.Tx) error { return fn(tx) })
+		}},
+		{"conn", (*sqlfence.Fence).DoConn},
+	}
+}
+
+// everyPath yields each backend with each path.
+func everyPath() iter.Seq2[backend, path] {
+	return func(yield func(backend, path) bool) {
+		for _, b := range backends() {
+			for _, via := range paths() {
+				if !yield(b, via) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // uniqueName returns a table name no other test uses, and drops the table
