@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
 // A COMMIT that fails leaves the outcome unknown: Do's error wraps
@@ -16,8 +17,8 @@ import (
 // deferred foreign key is checked at COMMIT), but Do can't tell that from a
 // commit whose answer was lost, and must not guess.
 func TestCommitErrorIsOutcomeUnknown(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for b, via := range everyPath() {
+		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := testContext(t)
 			defer cancel()
@@ -47,7 +48,7 @@ func TestCommitErrorIsOutcomeUnknown(t *testing.T) {
 			if _, err := f.Fence(ctx, t1); err != nil {
 				t.Fatal(err)
 			}
-			err := f.Do(ctx, t1, ownership.Exact, func(tx *sql.Tx) error {
+			err := via.do(f, ctx, t1, ownership.Exact, func(tx sqlfence.Tx) error {
 				_, err := tx.ExecContext(ctx, `INSERT INTO "`+child+`" (id) VALUES (7)`) // no parent 7
 				return err
 			})
@@ -62,8 +63,8 @@ func TestCommitErrorIsOutcomeUnknown(t *testing.T) {
 // says so with the context's error (not ErrOutcomeUnknown): nothing was
 // applied, so a retry is safe.
 func TestCancelBeforeCommitAppliesNothing(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for b, via := range everyPath() {
+		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := testContext(t)
 			defer cancel()
@@ -78,7 +79,7 @@ func TestCancelBeforeCommitAppliesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			wctx, wcancel := context.WithCancel(ctx)
-			err := f.Do(wctx, t1, ownership.Exact, func(tx *sql.Tx) error {
+			err := via.do(f, wctx, t1, ownership.Exact, func(tx sqlfence.Tx) error {
 				if _, err := tx.ExecContext(wctx, `INSERT INTO "`+table+`" (id) VALUES (1)`); err != nil {
 					return err
 				}

@@ -67,8 +67,9 @@ const endTimeout = 10 * time.Second
 // *sql.Tx.
 //
 // If fn returns an error, DoConn rolls back and returns it unchanged; a
-// panic in fn rolls back and goes on. An error from the commit leaves the
-// outcome unknown, as with Do.
+// panic in fn rolls back and goes on. As with Do, a ctx ended when fn
+// returns means no commit and ctx's error, and an error from the commit
+// itself wraps ownership.ErrOutcomeUnknown and no context error.
 func (f *Fence) DoConn(ctx context.Context, t ownership.Token, m ownership.Mode, fn func(tx Tx) error) error {
 	if err := f.checkCall(t, m, fn != nil); err != nil {
 		return err
@@ -93,13 +94,16 @@ func (f *Fence) DoConn(ctx context.Context, t ownership.Token, m ownership.Mode,
 	if err := fn(connTx{conn}); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sqlfence: not committed under %v: %w", t, err) // rolled back
+	}
 	done = true
 	// A COMMIT of a transaction in which a statement failed rolls back
 	// without an error on PostgreSQL; the SELECT before it fails instead,
 	// so such a transaction never reports success.
 	if _, err := conn.ExecContext(ctx, "SELECT 1; COMMIT"); err != nil {
 		f.end(ctx, conn, "ROLLBACK")
-		return fmt.Errorf("sqlfence: commit under %v (outcome unknown): %w", t, err)
+		return fmt.Errorf("sqlfence: commit under %v: %w: %v", t, ownership.ErrOutcomeUnknown, err)
 	}
 	return nil
 }
