@@ -1,64 +1,50 @@
-// Package transport carries tenure's ownership over gRPC: clients send each
-// call to the node that owns its key, servers refuse the keys they don't
-// own, and fencing tokens travel with calls to the resources they protect.
+// Package transport is tenure's wire contract over gRPC: the metadata a
+// routed call carries (its key, a fencing token, a request id), the
+// statuses a node or a resource answers with, and how to read them back.
+// It imports no part of the cluster, so a program in any role can use it.
 //
-// # A node (the server side)
+// The two sides that speak it live in their own packages:
 //
-//  1. Listen first, and set coordinator.Config.ServiceAddr to the address
-//     clients will dial, so the coordinator gossips it to the others.
-//  2. Start the coordinator.
-//  3. Build an OwnerGuard on the coordinator and pass its ServerOptions to
-//     grpc.NewServer, with Keepalive.ServerOptions and, off a trusted
-//     network, ServerCredentials.
-//  4. Register the application's services, NewHealth (NOT_SERVING once the
-//     node starts leaving) and, for clients in other languages,
-//     NewOwnershipService.
-//  5. In handlers, take the lease with LeaseFrom and pass its token to every
-//     write (the resource is the judge); the handler's context ends when the
-//     lease does. Return fence errors as they are: the guard turns them into
-//     statuses (StatusFromError).
-//  6. To stop: coordinator Leave (handlers drain, partitions move), then
-//     grpc.Server.GracefulStop, then Health.Close.
-//
-// # A client
-//
-// Build a Router on the process's coordinator (RouterConfig.Owners) and pass
-// it wherever a grpc.ClientConnInterface goes (generated NewXClient
-// functions). Put each call's key in its context with WithKey and give it a
-// deadline. The router sends the call to the key's owner as the local
-// coordinator sees it; when that node answers not-owner it follows the
-// answer's hint (bounded, with a loop guard), and when the owner is being
-// handed over or can't be reached it waits and asks again, bounded by
-// RouterConfig.MaxAttempts and the context. It never sends a key to a node
-// that isn't its owner because the owner is unreachable: an unreachable
-// owner is a wait, then an error.
+//   - transport/routing, for the nodes of a cluster: a Router that sends
+//     each call to its key's owner and follows the membership, an
+//     OwnerGuard that serves a key only under its lease, health and the
+//     ownership service;
+//   - transport/resource, for a server that other nodes write to under
+//     their tokens (a storage service): a TokenGuard that checks each
+//     call's token. It needs neither the coordinator nor memberlist nor
+//     Prometheus.
 //
 // # Wire contract
 //
 // The key travels in binary metadata KeyMetadata ("tenure-key-bin"), one
 // value of 1 to MaxKeySize bytes; a token in TokenMetadata
-// ("tenure-token"), in ownership.Token's text form. Refusals are statuses
-// with a google.rpc.ErrorInfo detail in ErrorDomain:
+// ("tenure-token"), in ownership.Token's text form; a request id in
+// RequestIDMetadata ("tenure-request-id"). Refusals are statuses with a
+// google.rpc.ErrorInfo detail in ErrorDomain:
 //
 //   - FailedPrecondition, ReasonNotOwner: the owner's name, address, epoch
 //     and token (OwnerHint decodes it);
-//   - Unavailable, ReasonHandoff: the partition is moving; retry shortly;
+//   - Unavailable, ReasonHandoff: the partition is moving and nothing was
+//     applied; retry shortly;
+//   - Unknown, ReasonOutcomeUnknown: the call may have been applied; a
+//     retry may apply it twice unless it carries a request id
+//     (AsOutcomeUnknown, IsOutcomeUnknown);
 //   - FailedPrecondition, ReasonStaleToken: a resource holds a newer token,
 //     carried in the detail (StaleFromStatus decodes it; pass it to
 //     coordinator.ReportStale);
+//   - FailedPrecondition, ReasonNotFenced: the token is above the
+//     resource's mark: its owner must fence first;
 //   - InvalidArgument: no key, an empty, repeated or oversized key, a
-//     malformed, repeated or oversized token;
+//     malformed, repeated or oversized token or request id;
 //   - Unauthenticated: a token whose MAC fails.
 //
-// # Resource servers
+// # Request ids
 //
-// A service that other nodes write to on behalf of their partitions
-// installs a TokenGuard: it decodes each call's token, verifies its MAC
-// (TokenGuardConfig.Keyring) and checks it (a Checker, such as FenceChecker)
-// before the handler runs. Callers attach tokens with
-// TokenUnaryClientInterceptor and TokenStreamClientInterceptor, which take
-// the token from WithToken, from the lease of the call being served, or
-// from the token a TokenGuard admitted.
+// A write that may be retried (by a Router after an owner failed, or by
+// the caller after an unknown outcome) carries a request id
+// (WithRequestID): the owner's fenced transaction records it with the
+// partition and answers a duplicate with the first outcome instead of
+// applying it again (ownership/sqlfence's Requests does that in SQL).
 //
 // # Operations
 //

@@ -2,89 +2,15 @@ package transport_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"log"
-	"net"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 )
-
-// A node: listen, gossip the address, guard the server with the
-// coordinator, serve health and the ownership service beside the
-// application's own services.
-func ExampleNewGuard() {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	cfg := coordinator.LocalConfig()
-	cfg.Name = "node-1"
-	cfg.ServiceAddr = lis.Addr().String()
-	cfg.Handler = coordinator.HandlerFuncs{}
-	c, err := coordinator.New(cfg)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		log.Fatal(err)
-	}
-
-	guard, err := transport.NewGuard(transport.GuardConfig{Leases: c})
-	if err != nil {
-		log.Fatal(err)
-	}
-	ka := transport.DefaultKeepalive()
-	srv := grpc.NewServer(append(guard.ServerOptions(), ka.ServerOptions()...)...)
-	health := transport.NewHealth(c)
-	health.Register(srv)
-	svc, err := transport.NewOwnershipService(transport.OwnershipServiceConfig{Source: c})
-	if err != nil {
-		log.Fatal(err)
-	}
-	svc.Register(srv)
-	// pb.RegisterYourServiceServer(srv, yourServer): handlers call
-	// transport.LeaseFrom(ctx) and write under the lease's token.
-	go func() { _ = srv.Serve(lis) }()
-
-	// Shutting down: hand the partitions off, then stop serving.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = c.Leave(ctx)
-	srv.GracefulStop()
-	health.Close()
-}
-
-// A client: route each call by its key. Generated clients take the router
-// where they take a *grpc.ClientConn.
-func ExampleNewRouter() {
-	var c *coordinator.Coordinator // the process's started coordinator
-	ka := transport.DefaultKeepalive()
-	r, err := transport.NewRouter(transport.RouterConfig{
-		Owners:      c,
-		DialOptions: append(ka.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials())),
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer r.Close()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	// client := pb.NewYourServiceClient(r); client.Put(transport.WithKey(ctx, key), req)
-	var reply wrapperspb.StringValue
-	err = r.Invoke(transport.WithKey(ctx, []byte("user-42")), "/your.Service/Put", wrapperspb.Bytes(nil), &reply)
-	if err != nil {
-		log.Print(status.Code(err), err)
-	}
-}
 
 // A not-owner refusal names the owner; a client follows it.
 func ExampleOwnerHint() {
@@ -117,28 +43,6 @@ func ExampleStaleFromStatus() {
 	// Output: FailedPrecondition node-2 5
 }
 
-// Resource servers check the tokens calls carry.
-func ExampleNewTokenGuard() {
-	fence, err := ownership.NewMemoryFence(271)
-	if err != nil {
-		log.Fatal(err)
-	}
-	guard, err := transport.NewTokenGuard(transport.TokenGuardConfig{
-		Checker: transport.FenceChecker(fence),
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	srv := grpc.NewServer(guard.ServerOptions()...)
-	defer srv.Stop()
-
-	// Callers attach their lease's token with the client interceptor.
-	_ = []grpc.DialOption{
-		grpc.WithChainUnaryInterceptor(transport.TokenUnaryClientInterceptor()),
-		grpc.WithChainStreamInterceptor(transport.TokenStreamClientInterceptor()),
-	}
-}
-
 // Servers must accept the clients' keepalive pings.
 func ExampleKeepalive() {
 	k := transport.DefaultKeepalive()
@@ -148,4 +52,29 @@ func ExampleKeepalive() {
 	// Output:
 	// <nil>
 	// transport: Keepalive.ClientTime is below ServerMinTime: servers would close the clients' connections
+}
+
+// An unknown outcome is its own answer: the write may have committed. It
+// crosses a hop as a status and is recognised on the other side; with a
+// request id, a retry is answered with the first outcome.
+func ExampleOutcomeUnknown() {
+	err := transport.OutcomeUnknown("10.0.0.3:7000", "connection lost after the request was sent")
+	fmt.Println(errors.Is(err, ownership.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded))
+
+	// What a client of a forwarding node receives: the status alone.
+	st, _ := status.FromError(err)
+	remote := st.Err()
+	fmt.Println(status.Code(remote), transport.IsOutcomeUnknown(remote))
+	if ou, ok := transport.AsOutcomeUnknown(remote); ok {
+		fmt.Println(ou.Addr)
+	}
+
+	ctx, _ := transport.WithRequestID(context.Background(), "order-17-payment")
+	id, _ := transport.RequestIDFromOutgoing(ctx)
+	fmt.Println("retry with the same id:", id)
+	// Output:
+	// true false
+	// Unknown true
+	// 10.0.0.3:7000
+	// retry with the same id: order-17-payment
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -60,8 +61,15 @@ func decodeKey(vals []string) ([]byte, error) {
 	return []byte(vals[0]), nil
 }
 
-// checkKey applies decodeKey's rules to a key about to be sent.
-func checkKey(key []byte) error {
+// KeyFromIncoming returns the routing key of the call being served with
+// ctx (its incoming metadata), with KeyFromMetadata's checks.
+func KeyFromIncoming(ctx context.Context) ([]byte, error) {
+	return decodeKey(metadata.ValueFromIncomingContext(ctx, KeyMetadata))
+}
+
+// CheckKey applies KeyFromMetadata's rules to a key about to be sent: an
+// empty key or one longer than MaxKeySize is an InvalidArgument status.
+func CheckKey(key []byte) error {
 	switch {
 	case len(key) == 0:
 		return status.Error(codes.InvalidArgument, "tenure: empty routing key (use WithKey)")
@@ -76,6 +84,12 @@ func checkKey(key []byte) error {
 // InvalidArgument status. The MAC is not verified here.
 func TokenFromMetadata(md metadata.MD) (t ownership.Token, ok bool, err error) {
 	return decodeToken(md.Get(TokenMetadata))
+}
+
+// TokenFromIncoming is TokenFromMetadata for the call being served with
+// ctx.
+func TokenFromIncoming(ctx context.Context) (t ownership.Token, ok bool, err error) {
+	return decodeToken(metadata.ValueFromIncomingContext(ctx, TokenMetadata))
 }
 
 func decodeToken(vals []string) (ownership.Token, bool, error) {
@@ -107,31 +121,26 @@ func AppendToken(ctx context.Context, t ownership.Token) (context.Context, error
 
 type tokenCtx struct{}
 
-// WithToken returns a context whose calls through the token client
-// interceptors carry t, whatever lease the context may also carry.
+// WithToken returns a context whose outgoing calls through the token client
+// interceptors (TokenUnaryClientInterceptor) carry t. The guards of
+// packages routing and resource put the token of the call they let through
+// in the handler's context this way, so a handler's calls to a resource
+// carry its lease's token; a WithToken of the handler's own overrides it.
 func WithToken(ctx context.Context, t ownership.Token) context.Context {
 	return context.WithValue(ctx, tokenCtx{}, t)
 }
 
-// tokenForCall returns the token an outgoing call made with ctx should
-// carry: WithToken's, else the lease's (LeaseFrom), else the one a
-// TokenGuard admitted for the call being served (TokenFrom).
-func tokenForCall(ctx context.Context) (ownership.Token, bool) {
-	if t, ok := ctx.Value(tokenCtx{}).(ownership.Token); ok {
-		return t, true
-	}
-	if l, ok := LeaseFrom(ctx); ok {
-		return l.Token(), true
-	}
-	return TokenFrom(ctx)
+// TokenFromContext returns the token set by WithToken.
+func TokenFromContext(ctx context.Context) (ownership.Token, bool) {
+	t, ok := ctx.Value(tokenCtx{}).(ownership.Token)
+	return t, ok
 }
 
-// callKey returns the routing key of a call a Router makes with ctx: the
-// one WithKey set, checked by checkKey.
-func callKey(ctx context.Context) ([]byte, error) {
-	key, ok := KeyFrom(ctx)
-	if !ok {
-		return nil, status.Error(codes.InvalidArgument, "tenure: the call's context has no routing key (use transport.WithKey)")
-	}
-	return key, checkKey(key)
+// DefaultExempt exempts gRPC's health and reflection services and tenure's
+// ownership service from the guards: they answer for the node, not for a
+// key, and need no token.
+func DefaultExempt(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/") ||
+		strings.HasPrefix(fullMethod, "/grpc.reflection.") ||
+		strings.HasPrefix(fullMethod, "/tenure.ownership.v1.Ownership/")
 }

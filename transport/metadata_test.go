@@ -83,10 +83,10 @@ func TestTokenFromMetadata(t *testing.T) {
 
 func TestWithTokenAndAppendToken(t *testing.T) {
 	ctx := WithToken(context.Background(), testToken())
-	if got, ok := tokenForCall(ctx); !ok || got != testToken() {
-		t.Fatalf("tokenForCall = %v %v", got, ok)
+	if got, ok := TokenFromContext(ctx); !ok || got != testToken() {
+		t.Fatalf("TokenFromContext = %v %v", got, ok)
 	}
-	if _, ok := tokenForCall(context.Background()); ok {
+	if _, ok := TokenFromContext(context.Background()); ok {
 		t.Fatal("a bare context has a token")
 	}
 	ctx, err := AppendToken(context.Background(), testToken())

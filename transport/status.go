@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -39,6 +38,13 @@ const (
 	// resource's mark in an Exact check: its owner must fence first.
 	// No metadata.
 	ReasonNotFenced = "NOT_FENCED"
+	// ReasonOutcomeUnknown, with Unknown: the call may have been applied
+	// (a commit whose answer was lost, a connection that broke or a
+	// deadline that passed after the request was sent). It is neither
+	// success nor failure: retrying it may apply it twice, unless it
+	// carries a request id the server deduplicates (RequestIDMetadata).
+	// Metadata: "address", the node the call was sent to, if known.
+	ReasonOutcomeUnknown = "OUTCOME_UNKNOWN"
 )
 
 // Limits on the hints decoded from a status, so a bad peer can't make a
@@ -89,9 +95,11 @@ func NotOwnerStatus(o ownership.OwnerInfo) error {
 		errorInfo(ReasonNotOwner, md))
 }
 
-// handoffStatus returns the Unavailable status for a partition the ring
-// gives to self that has no lease.
-func handoffStatus(p uint32, self string) error {
+// HandoffStatus returns the Unavailable status with a ReasonHandoff detail
+// a node answers for partition p when the ring gives it to the node (self)
+// but it holds no lease on it, or its lease ended before the call was
+// applied: nothing was applied; retry after a pause.
+func HandoffStatus(p uint32, self string) error {
 	ps := strconv.FormatUint(uint64(p), 10)
 	return withInfo(codes.Unavailable, "tenure: partition "+ps+" is being handed over to "+self,
 		errorInfo(ReasonHandoff, map[string]string{"partition": ps, "owner": self}))
@@ -118,7 +126,9 @@ func StaleStatus(e *ownership.StaleTokenError) error {
 //   - ownership.ErrNotFenced: FailedPrecondition, ReasonNotFenced
 //   - ownership.ErrBadMAC: Unauthenticated
 //   - ownership.ErrMalformedToken, ownership.ErrPartitionRange: InvalidArgument
-//   - ownership.ErrLeaseEnded, ownership.ErrNoOwner, coordinator.ErrClosed: Unavailable
+//   - ownership.ErrOutcomeUnknown: Unknown, ReasonOutcomeUnknown (checked
+//     first: the write may have committed, whatever else err wraps)
+//   - ownership.ErrLeaseEnded, ownership.ErrNoOwner: Unavailable
 //   - context errors: Canceled or DeadlineExceeded
 //
 // A status error, nil, and any other error are returned unchanged.
@@ -132,6 +142,8 @@ func StatusFromError(err error) error {
 	var stale *ownership.StaleTokenError
 	var notOwner *ownership.NotOwnerError
 	switch {
+	case errors.Is(err, ownership.ErrOutcomeUnknown):
+		return OutcomeUnknown("", err.Error())
 	case errors.As(err, &stale):
 		return StaleStatus(stale)
 	case errors.As(err, &notOwner):
@@ -142,7 +154,7 @@ func StatusFromError(err error) error {
 		return status.Error(codes.Unauthenticated, err.Error())
 	case errors.Is(err, ownership.ErrMalformedToken), errors.Is(err, ownership.ErrPartitionRange):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ownership.ErrLeaseEnded), errors.Is(err, ownership.ErrNoOwner), errors.Is(err, coordinator.ErrClosed):
+	case errors.Is(err, ownership.ErrLeaseEnded), errors.Is(err, ownership.ErrNoOwner):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()

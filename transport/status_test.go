@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -72,7 +71,7 @@ func TestStatusFromError(t *testing.T) {
 		{ownership.ErrNotFenced, codes.FailedPrecondition},
 		{ownership.ErrLeaseEnded, codes.Unavailable},
 		{ownership.ErrNoOwner, codes.Unavailable},
-		{coordinator.ErrClosed, codes.Unavailable},
+		{fmt.Errorf("commit: %w", ownership.ErrOutcomeUnknown), codes.Unknown},
 		{notOwner("b", "b:1", 4), codes.FailedPrecondition},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{context.Canceled, codes.Canceled},
@@ -160,4 +159,13 @@ func FuzzStaleFromStatus(f *testing.F) {
 			}
 		}
 	})
+}
+
+// notOwner is the coordinator's refusal for a key of partition 3.
+func notOwner(node, addr string, epoch uint64) error {
+	o := ownership.OwnerInfo{Partition: 3, Node: node, Addr: addr}
+	if epoch > 0 {
+		o.Token = ownership.Token{Partition: 3, Epoch: epoch, Owner: node, Incarnation: 1}
+	}
+	return &ownership.NotOwnerError{Owner: o}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ring"
 	"github.com/tenure-go/tenure/transport"
+	"github.com/tenure-go/tenure/transport/routing"
 )
 
 // The register service every node serves, hand-written (no protoc): one
@@ -407,7 +408,7 @@ func (cl *cluster) start(ctx context.Context, name, addr string, gossip int) *no
 		_ = lis.Close()
 		t.Fatalf("start %s: %v", name, err)
 	}
-	g, err := transport.NewGuard(transport.GuardConfig{Leases: guardLeases{n}})
+	g, err := routing.NewGuard(routing.GuardConfig{Leases: guardLeases{n}, Stale: guardLeases{n}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +520,7 @@ func (n *node) crash() {
 // resource does not know the owner's lease).
 func (n *node) do(ctx context.Context, req request) (reply, error) {
 	cl := n.cl
-	lease, ok := transport.LeaseFrom(ctx)
+	lease, ok := routing.LeaseFrom(ctx)
 	if !ok {
 		return reply{}, status.Error(codes.Internal, "no lease")
 	}
@@ -623,9 +624,15 @@ func (o owners) Members() []ownership.Member {
 	return nil
 }
 
-func (cl *cluster) router(seed uint64) *transport.Router {
-	r, err := transport.NewRouter(transport.RouterConfig{
-		Owners:      owners{cl: cl, rng: &lockedRand{r: rand.New(rand.NewPCG(seed, 2))}},
+// Subscribe has no events to give: the views are many nodes'; the router's
+// follower checks them every FollowInterval.
+func (o owners) Subscribe(int) (<-chan coordinator.Event, func()) { return nil, func() {} }
+
+func (cl *cluster) router(seed uint64) *routing.Router {
+	o := owners{cl: cl, rng: &lockedRand{r: rand.New(rand.NewPCG(seed, 2))}}
+	r, err := routing.NewRouter(routing.RouterConfig{
+		Owners:      o,
+		Membership:  o,
 		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
 		MaxAttempts: 60,
 	})
@@ -637,7 +644,7 @@ func (cl *cluster) router(seed uint64) *transport.Router {
 }
 
 // call makes one routed call and records it.
-func (cl *cluster) call(ctx context.Context, r *transport.Router, client int, key string, write bool, value string) clientOp {
+func (cl *cluster) call(ctx context.Context, r *routing.Router, client int, key string, write bool, value string) clientOp {
 	op := clientOp{client: client, key: key, write: write, value: value, start: Now()}
 	b, _ := json.Marshal(request{Write: write, Value: value, Client: client})
 	cctx, cancel := context.WithTimeout(transport.WithKey(ctx, []byte(key)), 15*time.Second)

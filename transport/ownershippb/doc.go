@@ -1,7 +1,7 @@
 // Package ownershippb holds the generated Go code of the tenure ownership
 // service (ownership.proto): Lookup answers who owns a key, Watch streams
 // ownership changes. Programs in other languages generate their own code
-// from the same file. The server is transport.NewOwnershipService.
+// from the same file. The server is routing.NewOwnershipService (package transport/routing).
 //
 // The generated files are committed. To regenerate them after editing
 // ownership.proto, install protoc (3.21 or later; Debian: apt-get install

@@ -22,6 +22,7 @@ import (
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 	"github.com/tenure-go/tenure/ring"
 	"github.com/tenure-go/tenure/transport"
+	"github.com/tenure-go/tenure/transport/routing"
 )
 
 // stopTimeout bounds the graceful stop of the gRPC and HTTP servers: calls
@@ -38,10 +39,10 @@ type Node struct {
 	fence *sqlfence.Fence
 	c     *coordinator.Coordinator
 
-	router *transport.Router
+	router *routing.Router
 	client kvpb.KVClient               // through the router: calls go to each key's owner
 	guard  grpc.UnaryServerInterceptor // the OwnerGuard's
-	health *transport.Health
+	health *routing.Health
 	grpc   *grpc.Server
 	status *http.Server
 	cut    *cutSet       // nil without Config.FaultControl
@@ -139,18 +140,18 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.cut != nil {
 		dial = append(dial, grpc.WithContextDialer(n.cut.dial))
 	}
-	if n.router, err = transport.NewRouter(transport.RouterConfig{Owners: n.c, DialOptions: dial}); err != nil {
+	if n.router, err = routing.NewRouter(routing.RouterConfig{Owners: n.c, Membership: n.c, DialOptions: dial}); err != nil {
 		return nil, err
 	}
 	n.client = kvpb.NewKVClient(n.router)
-	guard, err := transport.NewGuard(transport.GuardConfig{Leases: n.c})
+	guard, err := routing.NewGuard(routing.GuardConfig{Leases: n.c, Stale: n.c})
 	if err != nil {
 		return nil, err
 	}
 	n.guard = guard.Unary()
 	n.grpc = grpc.NewServer(append(ka.ServerOptions(), grpc.ChainUnaryInterceptor(n.intercept))...)
 	kvpb.RegisterKVServer(n.grpc, kvServer{n: n})
-	n.health = transport.NewHealth(n.c, kvpb.KV_ServiceDesc.ServiceName)
+	n.health = routing.NewHealth(n.c, kvpb.KV_ServiceDesc.ServiceName)
 	n.health.Register(n.grpc)
 	n.serve(func() error { return n.grpc.Serve(n.grpcLis) })
 

@@ -14,6 +14,7 @@ import (
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
+	"github.com/tenure-go/tenure/transport/routing"
 )
 
 // A call reaches a node in one of two ways:
@@ -49,7 +50,7 @@ type kvServer struct {
 // Put forwards a client's write to the key's owner, or applies a routed
 // one under this node's lease.
 func (s kvServer) Put(ctx context.Context, req *kvpb.PutRequest) (*kvpb.PutResponse, error) {
-	lease, routed := transport.LeaseFrom(ctx)
+	lease, routed := routing.LeaseFrom(ctx)
 	if !routed {
 		fctx, err := s.n.forward(ctx, req.GetKey())
 		if err != nil {
@@ -71,7 +72,7 @@ func (s kvServer) Put(ctx context.Context, req *kvpb.PutRequest) (*kvpb.PutRespo
 
 // Get forwards a client's read to the key's owner, or serves a routed one.
 func (s kvServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResponse, error) {
-	lease, routed := transport.LeaseFrom(ctx)
+	lease, routed := routing.LeaseFrom(ctx)
 	if !routed {
 		fctx, err := s.n.forward(ctx, req.GetKey())
 		if err != nil {

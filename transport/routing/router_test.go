@@ -1,4 +1,4 @@
-package transport
+package routing
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/transport"
 )
 
 // ownerAt returns a fakeLeases that serves when owner() names "self" and
@@ -53,7 +54,7 @@ func TestRouterLoopGuard(t *testing.T) {
 	n.guarded("b", pointing(t, func() string { return "a" }))
 	r := n.router(&fakeOwners{addr: "a"}, func(c *RouterConfig) { c.MaxAttempts = 3 })
 	_, err := put(testCtx(t, 10*time.Second), r, "k")
-	if _, ok := OwnerHint(err); !ok {
+	if _, ok := transport.OwnerHint(err); !ok {
 		t.Fatalf("want the last not-owner answer, got %v", err)
 	}
 	// Each row: a -> b, b points back at a (the guard), then a pause; four
@@ -159,17 +160,17 @@ func TestRouterBadCalls(t *testing.T) {
 	if err := r.Invoke(ctx, methodPut, wrapperspb.Bytes(nil), out); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("no key: %v", err)
 	}
-	if err := r.Invoke(WithKey(ctx, nil), methodPut, wrapperspb.Bytes(nil), out); status.Code(err) != codes.InvalidArgument {
+	if err := r.Invoke(transport.WithKey(ctx, nil), methodPut, wrapperspb.Bytes(nil), out); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("empty key: %v", err)
 	}
-	if err := r.Invoke(WithKey(ctx, make([]byte, MaxKeySize+1)), methodPut, wrapperspb.Bytes(nil), out); status.Code(err) != codes.InvalidArgument {
+	if err := r.Invoke(transport.WithKey(ctx, make([]byte, transport.MaxKeySize+1)), methodPut, wrapperspb.Bytes(nil), out); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("oversized key: %v", err)
 	}
 	if _, err := r.NewStream(ctx, repeatDesc, methodRepeat); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("stream without key: %v", err)
 	}
 	// Application errors are not retried.
-	if err := r.Invoke(WithKey(ctx, []byte("k")), "/tenure.transport.test.KV/Nope", wrapperspb.Bytes(nil), out); status.Code(err) != codes.Unimplemented || r.Stats().Retries != 0 {
+	if err := r.Invoke(transport.WithKey(ctx, []byte("k")), "/tenure.transport.test.KV/Nope", wrapperspb.Bytes(nil), out); status.Code(err) != codes.Unimplemented || r.Stats().Retries != 0 {
 		t.Fatalf("unknown method: %v, retries %d", err, r.Stats().Retries)
 	}
 	if err := r.Close(); err != nil {
@@ -186,19 +187,21 @@ func TestRouterBadCalls(t *testing.T) {
 func TestRouterConfigValidate(t *testing.T) {
 	for _, c := range []RouterConfig{
 		{},
-		{Owners: &fakeOwners{}, MaxRedirects: -1},
-		{Owners: &fakeOwners{}, MaxAttempts: -1},
-		{Owners: &fakeOwners{}, BackoffBase: -1},
-		{Owners: &fakeOwners{}, BackoffBase: time.Second, BackoffMax: time.Millisecond},
+		{Owners: &fakeOwners{}}, // no Membership
+		{Owners: &fakeOwners{}, Membership: &fakeOwners{}, MaxRedirects: -1},
+		{Owners: &fakeOwners{}, Membership: &fakeOwners{}, MaxAttempts: -1},
+		{Owners: &fakeOwners{}, Membership: &fakeOwners{}, BackoffBase: -1},
+		{Owners: &fakeOwners{}, Membership: &fakeOwners{}, MoveGrace: -1},
+		{Owners: &fakeOwners{}, Membership: &fakeOwners{}, BackoffBase: time.Second, BackoffMax: time.Millisecond},
 	} {
 		if c.Validate() == nil {
 			t.Errorf("%+v: valid", c)
 		}
 	}
-	if err := (RouterConfig{Owners: &fakeOwners{}}).Validate(); err != nil {
+	if err := (RouterConfig{Owners: &fakeOwners{}, Membership: &fakeOwners{}}).Validate(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRouter(RouterConfig{Owners: &fakeOwners{addr: "x"}})
+	r, err := NewRouter(RouterConfig{Owners: &fakeOwners{addr: "x"}, Membership: &fakeOwners{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package transport
+package routing
 
 import (
 	"testing"
@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/transport"
 	pb "github.com/tenure-go/tenure/transport/ownershippb"
 )
 
@@ -75,7 +76,8 @@ func TestOwnershipService(t *testing.T) {
 	n := newBufNet(t)
 	lease := liveLease(t)
 	// Behind a guard: the service is exempt and needs no key.
-	g, err := NewGuard(GuardConfig{Leases: &fakeLeases{lease: func([]byte) (*ownership.Lease, error) { return lease, nil }}})
+	leases := &fakeLeases{lease: func([]byte) (*ownership.Lease, error) { return lease, nil }}
+	g, err := NewGuard(GuardConfig{Leases: leases, Stale: leases})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestOwnershipService(t *testing.T) {
 	if err != nil || tok != want.Token {
 		t.Fatalf("token %q: %v %v", resp.GetToken(), tok, err)
 	}
-	for _, key := range [][]byte{nil, make([]byte, MaxKeySize+1)} {
+	for _, key := range [][]byte{nil, make([]byte, transport.MaxKeySize+1)} {
 		if _, err := oc.Lookup(ctx, &pb.LookupRequest{Key: key}); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("key of %d bytes: %v", len(key), err)
 		}

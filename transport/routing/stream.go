@@ -1,4 +1,4 @@
-package transport
+package routing
 
 import (
 	"context"
@@ -15,28 +15,36 @@ import (
 // An OwnerGuard refuses a stream at its first receive. Until the first
 // response message arrives, the stream keeps what it sent (up to
 // RouterConfig.StreamReplay messages); when the first receive brings a
-// refusal or Unavailable, it reopens the stream where the refusal points,
-// sends the kept messages again (and CloseSend if it was called) and
-// receives from there. The messages kept must not be changed after
-// SendMsg, as grpc.ClientStream requires anyway.
+// refusal or Unavailable, or the owner leaves the membership, it reopens
+// the stream where the refusal points, sends the kept messages again (and
+// CloseSend if it was called) and receives from there. A stream's handler
+// may have acted on what it received before it failed: make stream
+// handlers idempotent, or fence every write. The messages kept must not be
+// changed after SendMsg, as grpc.ClientStream requires anyway.
+//
+// Each attempt runs under a context of its own, derived from ctx, which
+// ends when the stream does: like any gRPC stream, receive until an error
+// (io.EOF included) or cancel ctx.
 func (r *Router) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	key, err := callKey(ctx)
+	rt := new(route)
+	ctx, err := r.newRoute(ctx, method, rt)
 	if err != nil {
 		return nil, err
 	}
+	// A stream is retried only until its first response, by the replay
+	// rules above, whatever it carries.
+	rt.idempotent, rt.safe = true, true
 	s := &routedStream{
-		ctx:        metadata.AppendToOutgoingContext(ctx, KeyMetadata, string(key)),
+		ctx:        ctx,
 		desc:       desc,
 		method:     method,
 		opts:       opts,
-		rt:         route{r: r, key: key},
+		rt:         rt,
 		replayable: r.cfg.StreamReplay > 0,
 	}
-	cs, addr, err := s.open()
-	if err != nil {
+	if err := s.open(); err != nil {
 		return nil, err
 	}
-	s.cur, s.addr = cs, addr
 	return s, nil
 }
 
@@ -49,23 +57,28 @@ type routedStream struct {
 	opts   []grpc.CallOption
 
 	mu         sync.Mutex // guards the fields below; held while replaying
-	rt         route
+	rt         *route
 	cur        grpc.ClientStream
-	addr       string
+	att        *attempt // cur's attempt; ended when cur ends
 	sent       []any
 	closedSend bool
 	replayable bool // no response yet, and sent holds every message sent
+	ended      bool
 }
 
 // open opens a stream at the key's owner, retrying as Invoke does while
 // opening fails.
-func (s *routedStream) open() (grpc.ClientStream, string, error) {
+func (s *routedStream) open() error {
 	var cs grpc.ClientStream
-	addr, err := s.rt.do(s.ctx, func(cc *grpc.ClientConn) (err error) {
-		cs, err = cc.NewStream(s.ctx, s.desc, s.method, s.opts...)
+	a, err := s.rt.do(s.ctx, s.opts, func(a *attempt, cc *grpc.ClientConn) (err error) {
+		cs, err = cc.NewStream(a.ctx, s.desc, s.method, a.opts...)
 		return err
 	})
-	return cs, addr, err
+	if err != nil {
+		return err
+	}
+	s.cur, s.att = cs, a
+	return nil
 }
 
 func (s *routedStream) stream() grpc.ClientStream {
@@ -115,11 +128,25 @@ func (s *routedStream) RecvMsg(m any) error {
 			s.mu.Lock()
 			s.replayable, s.sent = false, nil
 			s.mu.Unlock()
+			if !s.desc.ServerStreams {
+				s.end() // a unary response ends the stream
+			}
 			return nil
 		}
 		if cs, err = s.reopen(cs, err); err != nil {
+			s.end()
 			return err
 		}
+	}
+}
+
+// end ends the current attempt, once the stream is over.
+func (s *routedStream) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		s.ended = true
+		s.rt.r.end(s.att)
 	}
 }
 
@@ -135,16 +162,17 @@ func (s *routedStream) reopen(failed grpc.ClientStream, err error) (grpc.ClientS
 	if !s.replayable || err == io.EOF {
 		return nil, err
 	}
-	if err = s.rt.next(s.ctx, s.addr, err); err != nil {
-		s.replayable, s.sent = false, nil
+	old := s.att
+	s.rt.r.end(old)
+	if err = s.rt.next(s.ctx, old, old.addr, err); err != nil {
+		s.replayable, s.sent, s.ended = false, nil, true
 		return nil, err
 	}
-	cs, addr, err := s.open()
-	if err != nil {
-		s.replayable, s.sent = false, nil
+	if err := s.open(); err != nil {
+		s.replayable, s.sent, s.ended = false, nil, true
 		return nil, err
 	}
-	s.cur, s.addr = cs, addr
+	cs := s.cur
 	// io.EOF: the new stream ended during the replay; its RecvMsg says why.
 	if err := s.replay(cs); err != nil && err != io.EOF {
 		return nil, err

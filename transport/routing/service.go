@@ -1,4 +1,4 @@
-package transport
+package routing
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ring"
+	"github.com/tenure-go/tenure/transport"
 	pb "github.com/tenure-go/tenure/transport/ownershippb"
 )
 
@@ -89,7 +90,7 @@ func (s *OwnershipService) Register(r grpc.ServiceRegistrar) {
 
 // Lookup answers the owner of req's key.
 func (s *OwnershipService) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
-	if err := checkKey(req.GetKey()); err != nil {
+	if err := transport.CheckKey(req.GetKey()); err != nil {
 		return nil, err
 	}
 	o, err := s.src.Owner(req.GetKey())
@@ -181,4 +182,16 @@ func (s *OwnershipService) send(stream grpc.ServerStreamingServer[pb.OwnershipCh
 func samePartitionOwner(a, b *pb.PartitionOwner) bool {
 	return a.GetOwner() == b.GetOwner() && a.GetAddress() == b.GetAddress() &&
 		a.GetToken() == b.GetToken() && a.GetEpoch() == b.GetEpoch()
+}
+
+// tokenText is t's text form, or "" for the zero token.
+func tokenText(t ownership.Token) string {
+	if t.IsZero() {
+		return ""
+	}
+	b, err := t.MarshalText()
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }

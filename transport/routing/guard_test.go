@@ -1,4 +1,4 @@
-package transport
+package routing
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/transport"
 	pb "github.com/tenure-go/tenure/transport/ownershippb"
 )
 
@@ -31,7 +32,7 @@ func directConn(t *testing.T, n *bufNet, addr string) *grpc.ClientConn {
 
 func callWithKey(ctx context.Context, cc grpc.ClientConnInterface, key string) error {
 	if key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, KeyMetadata, key)
+		ctx = metadata.AppendToOutgoingContext(ctx, transport.KeyMetadata, key)
 	}
 	return cc.Invoke(ctx, methodPut, wrapperspb.Bytes(nil), new(wrapperspb.StringValue))
 }
@@ -78,12 +79,12 @@ func TestGuardRefusals(t *testing.T) {
 
 	answer = notOwner("other", "other:1", 4)
 	err := callWithKey(ctx, cc, "k")
-	if o, ok := OwnerHint(err); !ok || o.Node != "other" || o.Addr != "other:1" || o.Token.Epoch != 4 {
+	if o, ok := transport.OwnerHint(err); !ok || o.Node != "other" || o.Addr != "other:1" || o.Token.Epoch != 4 {
 		t.Fatalf("not owner: %v (hint %+v %v)", err, o, ok)
 	}
 
 	answer = notOwner("self", "self", 0) // the ring says us: a handoff
-	if err := callWithKey(ctx, cc, "k"); status.Code(err) != codes.Unavailable || !IsHandoff(err) {
+	if err := callWithKey(ctx, cc, "k"); status.Code(err) != codes.Unavailable || !transport.IsHandoff(err) {
 		t.Fatalf("handoff: %v", err)
 	}
 
@@ -106,8 +107,8 @@ func TestGuardRefusals(t *testing.T) {
 // handlerFunc is a one-method unary service for guard tests.
 type handlerFunc func(ctx context.Context) error
 
-func (n *bufNet) serveFunc(addr string, leases Leases, h handlerFunc) {
-	g, err := NewGuard(GuardConfig{Leases: leases})
+func (n *bufNet) serveFunc(addr string, leases nodeLeases, h handlerFunc) {
+	g, err := NewGuard(GuardConfig{Leases: leases, Stale: leases})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestGuardHandlerErrors(t *testing.T) {
 	handler = func(context.Context) error {
 		return ownership.Stale(lease.Token(), ownership.Token{Partition: 3, Epoch: 3, Owner: "other"})
 	}
-	if err := callWithKey(ctx, cc, "k"); !IsHandoff(err) || leases.reported.Load() != 1 {
+	if err := callWithKey(ctx, cc, "k"); !transport.IsHandoff(err) || leases.reported.Load() != 1 {
 		t.Fatalf("own stale token: %v, reported %d", err, leases.reported.Load())
 	}
 
@@ -178,7 +179,7 @@ func TestGuardHandlerErrors(t *testing.T) {
 		}
 		return ctx.Err()
 	}
-	if err := callWithKey(ctx, cc, "k"); !IsHandoff(err) {
+	if err := callWithKey(ctx, cc, "k"); !transport.IsHandoff(err) {
 		t.Fatalf("lease ended: %v", err)
 	}
 
@@ -194,7 +195,7 @@ func TestGuardStream(t *testing.T) {
 	lease := liveLease(t)
 	n.guarded("self", &fakeLeases{lease: func([]byte) (*ownership.Lease, error) { return lease, nil }})
 	cc := directConn(t, n, "self")
-	ctx := metadata.AppendToOutgoingContext(testCtx(t, 10*time.Second), KeyMetadata, "k")
+	ctx := metadata.AppendToOutgoingContext(testCtx(t, 10*time.Second), transport.KeyMetadata, "k")
 	cs, err := cc.NewStream(ctx, repeatDesc, methodRepeat)
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +224,7 @@ func TestGuardConfigValidate(t *testing.T) {
 	if _, err := NewGuard(GuardConfig{}); err == nil {
 		t.Fatal("a guard without leases")
 	}
-	if !DefaultExempt("/grpc.health.v1.Health/Check") || !DefaultExempt(pb.Ownership_Lookup_FullMethodName) || DefaultExempt(methodPut) {
-		t.Fatal("DefaultExempt")
+	if !transport.DefaultExempt("/grpc.health.v1.Health/Check") || !transport.DefaultExempt(pb.Ownership_Lookup_FullMethodName) || transport.DefaultExempt(methodPut) {
+		t.Fatal("transport.DefaultExempt")
 	}
 }

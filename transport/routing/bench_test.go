@@ -1,4 +1,4 @@
-package transport
+package routing
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tenure-go/tenure/transport"
 )
 
 // benchPayload is the request of every benchmarked call.
@@ -26,7 +28,7 @@ func benchNode(b *testing.B, guarded bool) (addr string, r *Router) {
 	c := singleNode(b, lis.Addr().String(), nil)
 	var opts []grpc.ServerOption
 	if guarded {
-		g, err := NewGuard(GuardConfig{Leases: c})
+		g, err := NewGuard(GuardConfig{Leases: c, Stale: c})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -36,7 +38,7 @@ func benchNode(b *testing.B, guarded bool) (addr string, r *Router) {
 	srv.RegisterService(&kvDesc, &kv{name: "solo", open: !guarded})
 	go func() { _ = srv.Serve(lis) }()
 	b.Cleanup(srv.Stop)
-	r, err = NewRouter(RouterConfig{Owners: c, DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
+	r, err = NewRouter(RouterConfig{Owners: c, Membership: c, DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,7 +80,7 @@ func BenchmarkRoutedCall(b *testing.B) {
 	defer cancel()
 	out := new(wrapperspb.StringValue)
 	benchCalls(b, func() error {
-		return r.Invoke(WithKey(ctx, benchKey), methodPut, benchPayload, out)
+		return r.Invoke(transport.WithKey(ctx, benchKey), methodPut, benchPayload, out)
 	})
 }
 
@@ -91,7 +93,7 @@ func BenchmarkDirectCall(b *testing.B) {
 	defer cancel()
 	out := new(wrapperspb.StringValue)
 	benchCalls(b, func() error {
-		return cc.Invoke(metadata.AppendToOutgoingContext(ctx, KeyMetadata, string(benchKey)), methodPut, benchPayload, out)
+		return cc.Invoke(metadata.AppendToOutgoingContext(ctx, transport.KeyMetadata, string(benchKey)), methodPut, benchPayload, out)
 	})
 }
 

@@ -1,4 +1,4 @@
-package transport
+package routing
 
 import (
 	"crypto/ecdsa"
@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/transport"
 )
 
 // testPKI is a CA and the certificates it signed.
@@ -84,21 +85,24 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := liveLease(t)
-	g, err := NewGuard(GuardConfig{Leases: &fakeLeases{lease: func([]byte) (*ownership.Lease, error) { return lease, nil }}})
+	leases := &fakeLeases{lease: func([]byte) (*ownership.Lease, error) { return lease, nil }}
+	g, err := NewGuard(GuardConfig{Leases: leases, Stale: leases})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ka := DefaultKeepalive()
-	opts := append(g.ServerOptions(), ServerCredentials(ServerTLSConfig(serverCert, pki.pool)))
+	ka := transport.DefaultKeepalive()
+	opts := append(g.ServerOptions(), transport.ServerCredentials(transport.ServerTLSConfig(serverCert, pki.pool)))
 	srv := grpc.NewServer(append(opts, ka.ServerOptions()...)...)
 	srv.RegisterService(&kvDesc, &kv{name: "node"})
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
 
 	router := func(cfg *tls.Config) *Router {
+		owners := &fakeOwners{addr: lis.Addr().String()}
 		r, err := NewRouter(RouterConfig{
-			Owners:      &fakeOwners{addr: lis.Addr().String()},
-			DialOptions: append(ka.DialOptions(), ClientCredentials(cfg)),
+			Owners:      owners,
+			Membership:  owners,
+			DialOptions: append(ka.DialOptions(), transport.ClientCredentials(cfg)),
 			MaxAttempts: 1,
 		})
 		if err != nil {
@@ -108,38 +112,16 @@ func TestMutualTLS(t *testing.T) {
 		return r
 	}
 	ctx := testCtx(t, 10*time.Second)
-	if got, err := put(ctx, router(ClientTLSConfig(pki.pool, &clientCert)), "k"); err != nil || got != "node" {
+	if got, err := put(ctx, router(transport.ClientTLSConfig(pki.pool, &clientCert)), "k"); err != nil || got != "node" {
 		t.Fatalf("mTLS call: %q %v", got, err)
 	}
-	if _, err := put(ctx, router(ClientTLSConfig(pki.pool, nil)), "k"); status.Code(err) != codes.Unavailable {
+	if _, err := put(ctx, router(transport.ClientTLSConfig(pki.pool, nil)), "k"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("call without a client certificate: %v", err)
 	}
-	if _, err := put(ctx, router(ClientTLSConfig(x509.NewCertPool(), &clientCert)), "k"); status.Code(err) != codes.Unavailable {
+	if _, err := put(ctx, router(transport.ClientTLSConfig(x509.NewCertPool(), &clientCert)), "k"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("call to an untrusted server: %v", err)
 	}
-	if c := ServerTLSConfig(serverCert, nil); c.ClientAuth != tls.NoClientCert || c.MinVersion != tls.VersionTLS13 {
+	if c := transport.ServerTLSConfig(serverCert, nil); c.ClientAuth != tls.NoClientCert || c.MinVersion != tls.VersionTLS13 {
 		t.Fatal("server-only TLS asks for client certificates")
-	}
-}
-
-func TestKeepaliveValidate(t *testing.T) {
-	if err := DefaultKeepalive().Validate(); err != nil {
-		t.Fatal(err)
-	}
-	for name, tweak := range map[string]func(*Keepalive){
-		"pings faster than the server allows": func(k *Keepalive) { k.ClientTime = k.ServerMinTime - time.Second },
-		"below gRPC's minimum":                func(k *Keepalive) { k.ClientTime, k.ServerMinTime = 5*time.Second, time.Second },
-		"zero timeout":                        func(k *Keepalive) { k.ClientTimeout = 0 },
-		"negative server time":                func(k *Keepalive) { k.ServerTime = -1 },
-	} {
-		k := DefaultKeepalive()
-		tweak(&k)
-		if k.Validate() == nil {
-			t.Errorf("%s: valid", name)
-		}
-	}
-	k := DefaultKeepalive()
-	if len(k.ServerOptions()) != 2 || len(k.DialOptions()) != 1 {
-		t.Fatal("keepalive options")
 	}
 }

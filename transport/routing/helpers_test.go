@@ -1,4 +1,4 @@
-package transport
+package routing
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ring"
+	"github.com/tenure-go/tenure/transport"
 )
 
 func TestMain(m *testing.M) {
@@ -132,9 +133,16 @@ type writeLog struct {
 	accepted map[uint32][]ownership.Token
 	stale    int // writes that ran under a token that was not the mark
 	total    int
+	// ids are the request ids applied, per partition: a write whose id is
+	// here is answered as applied and not applied again (the resource
+	// deduplicates, inside the fenced write, as sqlfence.Requests does).
+	ids   map[uint32]map[string]bool
+	dupes int // writes whose id was applied already
 }
 
-func newWriteLog() *writeLog { return &writeLog{accepted: map[uint32][]ownership.Token{}} }
+func newWriteLog() *writeLog {
+	return &writeLog{accepted: map[uint32][]ownership.Token{}, ids: map[uint32]map[string]bool{}}
+}
 
 // kv is the resource's server: every Put is a write fenced in Exact mode
 // under the lease the guard gave the call.
@@ -159,9 +167,23 @@ func (s *kv) put(ctx context.Context, _ *wrapperspb.BytesValue) (*wrapperspb.Str
 	}
 	if s.fence != nil {
 		t := l.Token()
-		err := s.fence.Do(ctx, t, ownership.Exact, func() error {
+		id, err := transport.RequestIDFromIncoming(ctx)
+		if err != nil {
+			return nil, err
+		}
+		err = s.fence.Do(ctx, t, ownership.Exact, func() error {
 			s.log.mu.Lock()
 			defer s.log.mu.Unlock()
+			if id != "" {
+				if s.log.ids[t.Partition][id] {
+					s.log.dupes++
+					return nil // answered with the first outcome
+				}
+				if s.log.ids[t.Partition] == nil {
+					s.log.ids[t.Partition] = map[string]bool{}
+				}
+				s.log.ids[t.Partition][id] = true
+			}
 			if cur := s.fence.Current(t.Partition); !cur.Same(t) {
 				s.log.stale++
 			}
@@ -196,7 +218,7 @@ func checkLog(t *testing.T, log *writeLog) {
 
 func put(ctx context.Context, cc grpc.ClientConnInterface, key string) (string, error) {
 	out := new(wrapperspb.StringValue)
-	err := cc.Invoke(WithKey(ctx, []byte(key)), methodPut, wrapperspb.Bytes([]byte(key)), out)
+	err := cc.Invoke(transport.WithKey(ctx, []byte(key)), methodPut, wrapperspb.Bytes([]byte(key)), out)
 	return out.GetValue(), err
 }
 
@@ -220,11 +242,17 @@ func notOwner(node, addr string, epoch uint64) error {
 	return &ownership.NotOwnerError{Owner: o}
 }
 
-// fakeOwners names one address for every key.
+// fakeOwners names one address for every key, and is the router's
+// Membership: its members are what members holds (nil: none known), and
+// leave sends an event.
 type fakeOwners struct {
-	mu   sync.Mutex
-	addr string
-	err  error
+	mu      sync.Mutex
+	addr    string
+	node    string // the owner's name; default "n-" + addr
+	token   ownership.Token
+	err     error
+	members []ownership.Member
+	events  chan coordinator.Event
 }
 
 func (f *fakeOwners) Owner([]byte) (ownership.OwnerInfo, error) {
@@ -233,13 +261,76 @@ func (f *fakeOwners) Owner([]byte) (ownership.OwnerInfo, error) {
 	if f.err != nil {
 		return ownership.OwnerInfo{}, f.err
 	}
-	return ownership.OwnerInfo{Partition: 3, Node: "n-" + f.addr, Addr: f.addr}, nil
+	node := f.node
+	if node == "" {
+		node = "n-" + f.addr
+	}
+	return ownership.OwnerInfo{Partition: 3, Node: node, Addr: f.addr, Token: f.token}, nil
 }
 
 func (f *fakeOwners) set(addr string) {
 	f.mu.Lock()
 	f.addr = addr
 	f.mu.Unlock()
+}
+
+// claim makes node at addr the owner, holding a claim.
+func (f *fakeOwners) claim(node, addr string) {
+	f.mu.Lock()
+	f.node, f.addr = node, addr
+	f.token = ownership.Token{Partition: 3, Epoch: 9, Owner: node, Incarnation: 1}
+	f.mu.Unlock()
+	f.event(coordinator.Event{Kind: coordinator.EventAcquired, Node: node})
+}
+
+func (f *fakeOwners) Members() []ownership.Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]ownership.Member(nil), f.members...)
+}
+
+// setMembers replaces the members (name = address) and sends an event.
+func (f *fakeOwners) setMembers(addrs ...string) {
+	f.mu.Lock()
+	f.members = nil
+	for _, a := range addrs {
+		f.members = append(f.members, ownership.Member{Name: "n-" + a, ServiceAddr: a})
+	}
+	f.mu.Unlock()
+	f.event(coordinator.Event{Kind: coordinator.EventMemberLeft})
+}
+
+func (f *fakeOwners) event(e coordinator.Event) {
+	f.mu.Lock()
+	ch := f.events
+	f.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- e:
+		default:
+		}
+	}
+}
+
+func (f *fakeOwners) Subscribe(buf int) (<-chan coordinator.Event, func()) {
+	ch := make(chan coordinator.Event, buf)
+	f.mu.Lock()
+	f.events = ch
+	f.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.events = nil
+			f.mu.Unlock()
+		})
+	}
+}
+
+// ownersAndMembers is what a test router follows.
+type ownersAndMembers interface {
+	Owners
+	Membership
 }
 
 // bufNet is a set of in-memory gRPC servers by address.
@@ -289,8 +380,8 @@ func (n *bufNet) dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{n.dialer(), grpc.WithTransportCredentials(insecure.NewCredentials())}
 }
 
-func (n *bufNet) router(owners Owners, tweak func(*RouterConfig)) *Router {
-	cfg := RouterConfig{Owners: owners, DialOptions: n.dialOptions(), BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}
+func (n *bufNet) router(owners ownersAndMembers, tweak func(*RouterConfig)) *Router {
+	cfg := RouterConfig{Owners: owners, Membership: owners, DialOptions: n.dialOptions(), BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -303,8 +394,8 @@ func (n *bufNet) router(owners Owners, tweak func(*RouterConfig)) *Router {
 }
 
 // guarded registers a kv named name behind a guard on leases at addr.
-func (n *bufNet) guarded(addr string, leases Leases) *kv {
-	g, err := NewGuard(GuardConfig{Leases: leases})
+func (n *bufNet) guarded(addr string, leases nodeLeases) *kv {
+	g, err := NewGuard(GuardConfig{Leases: leases, Stale: leases})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -364,4 +455,10 @@ func waitFor(ctx context.Context, t testing.TB, what string, cond func() bool) {
 		case <-tick.C:
 		}
 	}
+}
+
+// nodeLeases is what a test guard asks of its node.
+type nodeLeases interface {
+	Leases
+	StaleReporter
 }

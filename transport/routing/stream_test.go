@@ -1,4 +1,4 @@
-package transport
+package routing
 
 import (
 	"context"
@@ -10,11 +10,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tenure-go/tenure/transport"
 )
 
 func count(ctx context.Context, t *testing.T, r *Router, msgs int) (string, error) {
 	t.Helper()
-	cs, err := r.NewStream(WithKey(ctx, []byte("k")), countDesc, methodCount)
+	cs, err := r.NewStream(transport.WithKey(ctx, []byte("k")), countDesc, methodCount)
 	if err != nil {
 		return "", err
 	}
@@ -60,7 +62,7 @@ func TestRouterStreamReplays(t *testing.T) {
 
 	// A server stream: the request is replayed, then every response comes
 	// from the owner.
-	cs, err := r.NewStream(WithKey(ctx, []byte("k")), repeatDesc, methodRepeat)
+	cs, err := r.NewStream(transport.WithKey(ctx, []byte("k")), repeatDesc, methodRepeat)
 	if err != nil {
 		t.Fatal(err)
 	}
