@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -461,4 +462,10 @@ func waitFor(ctx context.Context, t testing.TB, what string, cond func() bool) {
 type nodeLeases interface {
 	Leases
 	StaleReporter
+}
+
+// withRawRequestID adds a request id to ctx's outgoing metadata without
+// WithRequestID's checks, as a careless client might.
+func withRawRequestID(ctx context.Context, id string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, transport.RequestIDMetadata, id)
 }

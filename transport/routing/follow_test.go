@@ -1,0 +1,202 @@
+package routing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/transport"
+)
+
+// frozen serves at addr a handler that, once entered, never answers until
+// the test ends: an owner stopped (SIGSTOP) with the request in hand.
+func frozen(t *testing.T, n *bufNet, addr string) (entered *atomic.Int64) {
+	entered = new(atomic.Int64)
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	n.serveFunc(addr, pointing(t, func() string { return "self" }), func(ctx context.Context) error {
+		entered.Add(1)
+		select {
+		case <-stuck:
+		case <-ctx.Done():
+		}
+		return status.Error(codes.Unavailable, "frozen")
+	})
+	return entered
+}
+
+// A call in flight at an owner that leaves the membership is cancelled as
+// soon as the router hears of it, and never waits for its deadline: it is
+// retried at the new owner when that is safe (a request id, an idempotent
+// method), and ends with an unknown outcome otherwise. The departed
+// member's connection is closed.
+func TestRouterFollowsMembership(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		id          bool
+		idempotent  bool
+		wantUnknown bool
+	}{
+		{"plain write", false, false, true},
+		{"request id", true, false, false},
+		{"idempotent", false, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := newBufNet(t)
+			entered := frozen(t, n, "old")
+			next := n.guarded("new", pointing(t, func() string { return "self" }))
+			owners := &fakeOwners{addr: "old"}
+			owners.setMembers("old", "new")
+			r := n.router(owners, func(cfg *RouterConfig) {
+				cfg.Idempotent = func(string) bool { return c.idempotent }
+			})
+			ctx := testCtx(t, 30*time.Second)
+			if c.id {
+				var err error
+				if ctx, err = transport.WithRequestID(ctx, transport.NewRequestID()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := put(ctx, r, "k")
+				done <- err
+			}()
+			waitFor(ctx, t, "the call to reach the old owner", func() bool { return entered.Load() == 1 })
+			if _, ok := (*r.conns.Load())["old"]; !ok {
+				t.Fatal("no connection to the old owner")
+			}
+			owners.claim("n-new", "new")
+			owners.setMembers("new") // "old" failed
+			err := <-done
+			if ctx.Err() != nil {
+				t.Fatalf("the call waited for its deadline: %v", err)
+			}
+			if got := transport.IsOutcomeUnknown(err); got != c.wantUnknown || (!c.wantUnknown && err != nil) {
+				t.Fatalf("call = %v; want an unknown outcome: %v", err, c.wantUnknown)
+			}
+			if c.wantUnknown && (errors.Is(err, context.Canceled) || status.Code(err) != codes.Unknown) {
+				t.Fatalf("unknown outcome %v: code %v", err, status.Code(err))
+			}
+			if calls := next.calls.Load(); (calls == 1) == c.wantUnknown {
+				t.Fatalf("calls at the new owner: %d", calls)
+			}
+			if st := r.Stats(); st.Cancelled != 1 || (st.Unknown == 1) != c.wantUnknown {
+				t.Fatalf("stats %+v", st)
+			}
+			waitFor(ctx, t, "the departed member's connection to close", func() bool {
+				_, ok := (*r.conns.Load())["old"]
+				return !ok
+			})
+		})
+	}
+}
+
+// An owner that stays a member but whose partition another node has
+// claimed loses the attempts still in flight at it after MoveGrace.
+func TestRouterFollowsClaims(t *testing.T) {
+	n := newBufNet(t)
+	entered := frozen(t, n, "old")
+	n.guarded("new", pointing(t, func() string { return "self" }))
+	owners := &fakeOwners{addr: "old"}
+	owners.setMembers("old", "new")
+	r := n.router(owners, func(cfg *RouterConfig) { cfg.MoveGrace = 50 * time.Millisecond })
+	ctx, err := transport.WithRequestID(testCtx(t, 30*time.Second), "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		got, err := put(ctx, r, "k")
+		if err == nil && got != "new" {
+			err = fmt.Errorf("served by %s", got)
+		}
+		done <- err
+	}()
+	waitFor(ctx, t, "the call to reach the old owner", func() bool { return entered.Load() == 1 })
+	owners.claim("n-new", "new")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Stats(); st.Cancelled != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// An owner's answer that the outcome is unknown is passed on, and never
+// retried unless the call carries a request id.
+func TestRouterOutcomeUnknownAnswer(t *testing.T) {
+	n := newBufNet(t)
+	var calls atomic.Int64
+	n.serveFunc("a", pointing(t, func() string { return "self" }), func(context.Context) error {
+		calls.Add(1)
+		return fmt.Errorf("commit: %w", ownership.ErrOutcomeUnknown)
+	})
+	owners := &fakeOwners{addr: "a"}
+	owners.setMembers("a")
+	r := n.router(owners, func(cfg *RouterConfig) { cfg.MaxAttempts = 2 })
+	ctx := testCtx(t, 10*time.Second)
+	_, err := put(ctx, r, "k")
+	ou, ok := transport.AsOutcomeUnknown(err)
+	if !ok || !errors.Is(err, ownership.ErrOutcomeUnknown) || ou.Addr != "a" || calls.Load() != 1 {
+		t.Fatalf("put = %v (%+v), %d calls; want one call and an unknown outcome at a", err, ou, calls.Load())
+	}
+	// With an id, the call is retried (the owner would answer a duplicate
+	// with the first outcome), up to MaxAttempts.
+	idctx, err := transport.WithRequestID(ctx, "req-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := put(idctx, r, "k"); !transport.IsOutcomeUnknown(err) || calls.Load() != 1+3 {
+		t.Fatalf("put with an id = %v after %d calls; want an unknown outcome after 3 more", err, calls.Load())
+	}
+}
+
+// A call whose deadline passes while it is in flight may have been
+// applied: an unknown outcome, unless the method is idempotent (then it is
+// the deadline, as before).
+func TestRouterDeadlineInFlight(t *testing.T) {
+	for _, idempotent := range []bool{false, true} {
+		t.Run(fmt.Sprint("idempotent ", idempotent), func(t *testing.T) {
+			n := newBufNet(t)
+			frozen(t, n, "a")
+			owners := &fakeOwners{addr: "a"}
+			owners.setMembers("a")
+			r := n.router(owners, func(cfg *RouterConfig) { cfg.Idempotent = func(string) bool { return idempotent } })
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := put(ctx, r, "k")
+			if idempotent {
+				if status.Code(err) != codes.DeadlineExceeded || transport.IsOutcomeUnknown(err) {
+					t.Fatalf("idempotent call = %v, want DeadlineExceeded", err)
+				}
+				return
+			}
+			if !transport.IsOutcomeUnknown(err) || errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("write = %v, want an unknown outcome without a context error", err)
+			}
+		})
+	}
+}
+
+// A request id that can't be sent is refused before any attempt.
+func TestRouterBadRequestID(t *testing.T) {
+	n := newBufNet(t)
+	owners := &fakeOwners{addr: "a"}
+	r := n.router(owners, nil)
+	if _, err := transport.WithRequestID(context.Background(), "has space"); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("WithRequestID with a space: %v", err)
+	}
+	ctx, _ := transport.WithRequestID(testCtx(t, 10*time.Second), "one")
+	ctx = withRawRequestID(ctx, "two")
+	if _, err := put(ctx, r, "k"); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("two request ids: %v", err)
+	}
+}
