@@ -62,7 +62,7 @@
 //     owner. An error from the commit itself wraps
 //     ownership.ErrOutcomeUnknown: the write may have committed. Fence
 //     again and re-read before relying on it; retry it only if the
-//     database deduplicates it.
+//     database deduplicates it (Requests).
 //  6. Close the Fence when done (it holds prepared statements), then the
 //     database.
 //

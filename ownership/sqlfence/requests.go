@@ -1,0 +1,136 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DefaultRequestsTable is the request table's name when
+// RequestsConfig.Table is empty.
+const DefaultRequestsTable = "tenure_requests"
+
+// RequestsConfig configures Requests. The zero RequestsConfig is valid.
+type RequestsConfig struct {
+	// Table is the request table, named as Config.Table is. Default
+	// DefaultRequestsTable.
+	Table string
+	// Now stamps each record, for Forget. Default time.Now.
+	Now func() time.Time
+}
+
+// Requests makes writes exactly-once by request id: inside a fenced
+// transaction (Fence.Do), Once runs a write only if its (partition, request
+// id) has no record yet, records it with the write's result, and answers a
+// duplicate with the first result instead of applying it again. A client
+// (or a router) may then retry a write whose outcome was unknown as often
+// as it likes.
+//
+// Why it holds: Fence.Do locks the partition's fence row from its check to
+// its commit, so the writes of one partition, duplicates included, run one
+// at a time; and a record commits with its write or not at all, so a
+// duplicate finds the record exactly when the first write committed, on
+// this owner or a former one (whose commit, if it is accepted, precedes the
+// new owner's fence). The record is per partition: route every retry by
+// the same key.
+//
+// The table (created by CreateSchema):
+//
+//	partition_id  BIGINT  the write's partition
+//	request_id    TEXT    the id, as the client sent it
+//	result        BLOB    what Once's fn returned (BYTEA on PostgreSQL)
+//	created_ms    BIGINT  when it was recorded, Unix milliseconds
+//
+// Records are kept until Forget deletes them: keep them longer than any
+// client may retry a write.
+//
+// Requests is safe for concurrent use.
+type Requests struct {
+	now                    func() time.Time
+	schema, lookup, record string
+	forget                 string
+}
+
+// NewRequests returns the request table of dialect d for cfg. It does not
+// touch the database: call CreateSchema.
+func NewRequests(d Dialect, cfg RequestsConfig) (*Requests, error) {
+	if d.name == "" {
+		return nil, errors.New("sqlfence: zero Dialect; use SQLite() or Postgres()")
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultRequestsTable
+	}
+	t, err := quoteTable(cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	blob := "BLOB"
+	if d.name == Postgres().name {
+		blob = "BYTEA"
+	}
+	return &Requests{
+		now: cfg.Now,
+		schema: `CREATE TABLE IF NOT EXISTS ` + t + ` (
+	partition_id BIGINT NOT NULL,
+	request_id ` + d.textType + ` NOT NULL,
+	result ` + blob + ` NOT NULL,
+	created_ms BIGINT NOT NULL,
+	PRIMARY KEY (partition_id, request_id))`,
+		lookup: `SELECT result FROM ` + t + ` WHERE partition_id = $1 AND request_id = $2`,
+		record: `INSERT INTO ` + t + ` (partition_id, request_id, result, created_ms) VALUES ($1, $2, $3, $4)`,
+		forget: `DELETE FROM ` + t + ` WHERE created_ms < $1`,
+	}, nil
+}
+
+// CreateSchema creates the request table if it does not exist.
+func (r *Requests) CreateSchema(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, r.schema); err != nil {
+		return fmt.Errorf("sqlfence: create request table: %w", err)
+	}
+	return nil
+}
+
+// Once runs fn in tx, the transaction of a Fence.Do for partition p, unless
+// p has a record of request id, and records fn's result under id. It
+// returns fn's result and dup false, or, for a duplicate, the result
+// recorded by the first write and dup true (fn does not run). An error from
+// fn is returned as it is and records nothing: the retry runs fn again.
+// An empty id runs fn and records nothing.
+func (r *Requests) Once(ctx context.Context, tx *sql.Tx, p uint32, id string, fn func() ([]byte, error)) (result []byte, dup bool, err error) {
+	if id == "" {
+		result, err = fn()
+		return result, false, err
+	}
+	err = tx.QueryRowContext(ctx, r.lookup, int64(p), id).Scan(&result)
+	switch {
+	case err == nil:
+		return result, true, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return nil, false, fmt.Errorf("sqlfence: look up request %q of p%d: %w", id, p, err)
+	}
+	if result, err = fn(); err != nil {
+		return nil, false, err
+	}
+	stored := result
+	if stored == nil {
+		stored = []byte{} // NOT NULL
+	}
+	if _, err := tx.ExecContext(ctx, r.record, int64(p), id, stored, r.now().UnixMilli()); err != nil {
+		return nil, false, fmt.Errorf("sqlfence: record request %q of p%d: %w", id, p, err)
+	}
+	return result, false, nil
+}
+
+// Forget deletes the records made before before and returns how many.
+func (r *Requests) Forget(ctx context.Context, db *sql.DB, before time.Time) (int64, error) {
+	res, err := db.ExecContext(ctx, r.forget, before.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("sqlfence: forget requests: %w", err)
+	}
+	return res.RowsAffected()
+}
