@@ -101,7 +101,10 @@ type wrapped struct {
 	leases int
 }
 
-func (w *wrapped) Lease(key []byte) (*ownership.Lease, error) { w.leases++; return w.Coordinator.Lease(key) }
+func (w *wrapped) Lease(key []byte) (*ownership.Lease, error) {
+	w.leases++
+	return w.Coordinator.Lease(key)
+}
 
 // A wrapper of the coordinator passed explicitly keeps stale reporting and
 // membership following: nothing is found, or lost, behind a type assertion.
