@@ -65,7 +65,8 @@ type Coordinator struct {
 
 	subs    subscribers
 	metrics *metrics
-	moves   moveLog
+	// timeline is the status page's history of table changes.
+	timeline timeline
 }
 
 // claimRetransmitFactor multiplies memberlist's RetransmitMult for claims.
@@ -106,6 +107,7 @@ func New(cfg Config) (*Coordinator, error) {
 		inbox:    inbox{signal: make(chan struct{}, 1)},
 		metrics:  newMetrics(),
 	}
+	c.subs.tap = c.observeEvent
 	if c.auth == nil {
 		if c.auth, err = ownership.NewGossipAuthority(reg, cfg.TokenKeys); err != nil {
 			return nil, err

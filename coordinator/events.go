@@ -52,6 +52,7 @@ func (c *Coordinator) Subscribe(buf int) (<-chan Event, func()) {
 func (c *Coordinator) Dropped() uint64 { return c.subs.dropped.Load() }
 
 type subscribers struct {
+	tap     func(Event) // sees every event first (the status timeline); set by New
 	mu      sync.Mutex
 	chans   map[chan Event]struct{}
 	closed  bool
@@ -81,6 +82,9 @@ func (s *subscribers) add(buf int) (<-chan Event, func()) {
 }
 
 func (s *subscribers) publish(e Event) {
+	if s.tap != nil {
+		s.tap(e)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for ch := range s.chans {

@@ -283,7 +283,6 @@ func (l *loop) apply(r result) {
 					c.metrics.handoff.Observe(now.Sub(w.at).Seconds())
 				}
 			}
-			c.moves.add(move{Partition: r.token.Partition, Token: r.token, Time: now, What: "acquired"})
 			c.subs.publish(Event{Kind: EventAcquired, Node: c.cfg.Name, Partition: r.token.Partition, Token: r.token, Time: now})
 		}
 	case resReleased:
@@ -322,7 +321,6 @@ func (l *loop) perform() {
 				c.leases[a.Partition].CompareAndSwap(lease, nil)
 				lease.End(ownership.ErrLeaseEnded)
 				now := c.cfg.Clock.Now()
-				c.moves.add(move{Partition: a.Partition, Token: a.Token, Time: now, What: "ended"})
 				c.subs.publish(Event{Kind: EventReleased, Node: c.cfg.Name, Partition: a.Partition, Token: a.Token, Time: now})
 			}
 		}

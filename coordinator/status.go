@@ -1,136 +1,221 @@
 package coordinator
 
 import (
+	_ "embed"
 	"encoding/json"
-	"html/template"
+	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/tenure-go/tenure/ownership"
+	dto "github.com/prometheus/client_model/go"
 )
 
-// move is one change of this node's ownership, for the status page.
-type move struct {
-	Partition uint32          `json:"partition"`
-	Token     ownership.Token `json:"-"`
-	TokenText string          `json:"token"`
-	What      string          `json:"what"`
-	Time      time.Time       `json:"time"`
-}
-
-// moveLog keeps the most recent moves.
-type moveLog struct {
-	mu    sync.Mutex
-	moves []move
-}
-
-const maxMoves = 64
-
-func (l *moveLog) add(m move) {
-	m.TokenText = m.Token.String()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.moves) == maxMoves {
-		copy(l.moves, l.moves[1:])
-		l.moves = l.moves[:maxMoves-1]
-	}
-	l.moves = append(l.moves, m)
-}
-
-func (l *moveLog) recent() []move {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]move(nil), l.moves...)
-}
-
-// Status is a snapshot of what this node knows, for people and tools.
+// Status is a snapshot of what this node knows, for people and tools. Its
+// JSON form (StatusHandler with ?format=json) uses these names, all
+// snake_case; every one is always present (empty lists are []):
+//
+//	node              string   this node's name
+//	incarnation       string   this process's incarnation, 16 hex digits
+//	cluster           string   Config.ClusterName
+//	time              string   when the snapshot was taken (RFC 3339)
+//	started           bool     Start has run and a table exists
+//	converged         bool     every partition is held by its ring owner, as this node sees it (see WaitConverged)
+//	quorum            bool     this node sees a quorum of the stable membership (L4)
+//	stable            []string the stable membership quorum is counted against; empty: not reported
+//	leaving           bool     this node has started a graceful Leave
+//	stale_rejections  number   writes under this node's leases a fence rejected (ReportStale)
+//	partition_count   number   partitions of the key space (the ring's size)
+//	owned             number   partitions this node holds a live lease on
+//	members           []object the table's members, sorted by name (MemberStatus):
+//	  name            string   member name
+//	  gossip_addr     string   where it gossips (host:port)
+//	  service_addr    string   its application endpoint, "" if it announced none
+//	  incarnation     string   its incarnation, 16 hex digits
+//	  self            bool     it is this node
+//	  held            number   partitions whose latest claim it holds (not released)
+//	  ring_share      number   partitions the ring assigns it
+//	  fair_share      number   partition_count / number of members
+//	partitions        []object one per partition, in order (PartitionStatus):
+//	  partition       number   the partition
+//	  owner           string   its ring owner: where placement puts it and Owner(key) routes
+//	  holder          string   the node of the latest claim heard (token), "" if never claimed
+//	  epoch           number   that claim's epoch
+//	  released        bool     the holder gave it back and no one has claimed it since
+//	  local           bool     this node holds a live lease on it
+//	  state           string   "settled" (holder == owner), "moving" (released, or its
+//	                           holder is no longer a member), "elsewhere" (held by a live
+//	                           member other than the owner: a handoff waiting for the
+//	                           holder's release), "unowned" (never claimed, or no owner)
+//	timeline          []object recent changes of the table, newest last (MoveGroup):
+//	  time            string   when this node saw the change
+//	  causes          []object the membership changes behind it (Cause):
+//	    kind          string   "joined"; "left" (it had handed off every partition);
+//	                           "failed" (it left the table still holding partitions:
+//	                           a crash, a pause or a network cut); "leaving" (this
+//	                           node began a Leave)
+//	    node          string   the member
+//	    held          number   partitions a "failed" member still held
+//	  moved           number   partitions whose ring owner changed
+//	  moves           []object the moved partitions by old and new ring owner (Move):
+//	    from          string   the old owner, "" for the first table
+//	    to            string   the new owner
+//	    partitions    []number the partitions
+//	  pending         number   of the moved partitions, those not yet held by their new
+//	                           owner (counted for the newest group only; 0 for older ones)
+//	  superseded      bool     a later change came before this one settled
 type Status struct {
-	Node        string             `json:"node"`
-	Incarnation uint64             `json:"incarnation"`
-	Cluster     string             `json:"cluster"`
-	Members     []ownership.Member `json:"members"`
-	Partitions  []PartitionStatus  `json:"partitions"`
-	Owned       int                `json:"owned"`
-	Converged   bool               `json:"converged"`
-	RecentMoves []move             `json:"recent_moves"`
+	Node            string            `json:"node"`
+	Incarnation     string            `json:"incarnation"`
+	Cluster         string            `json:"cluster"`
+	Time            time.Time         `json:"time"`
+	Started         bool              `json:"started"`
+	Converged       bool              `json:"converged"`
+	Quorum          bool              `json:"quorum"` // TODO(lead): fill from the loop's quorum check (CORE_API item 6)
+	Stable          []string          `json:"stable"` // TODO(lead): fill with the stable membership (CORE_API item 6)
+	Leaving         bool              `json:"leaving"`
+	StaleRejections uint64            `json:"stale_rejections"`
+	PartitionCount  int               `json:"partition_count"`
+	Owned           int               `json:"owned"`
+	Members         []MemberStatus    `json:"members"`
+	Partitions      []PartitionStatus `json:"partitions"`
+	Timeline        []MoveGroup       `json:"timeline"`
 }
 
-// PartitionStatus is one row of the partition -> owner map.
+// MemberStatus is one member of the table with its share of partitions.
+type MemberStatus struct {
+	Name        string  `json:"name"`
+	GossipAddr  string  `json:"gossip_addr"`
+	ServiceAddr string  `json:"service_addr"`
+	Incarnation string  `json:"incarnation"`
+	Self        bool    `json:"self"`
+	Held        int     `json:"held"`
+	RingShare   int     `json:"ring_share"`
+	FairShare   float64 `json:"fair_share"`
+}
+
+// PartitionStatus is one partition: where the ring puts it (Owner) and who
+// holds it by the latest claim this node heard (Holder). They differ while
+// a partition moves.
 type PartitionStatus struct {
 	Partition uint32 `json:"partition"`
 	Owner     string `json:"owner"`
-	Epoch     uint64 `json:"epoch"`
 	Holder    string `json:"holder"`
-	Released  bool   `json:"released,omitempty"`
-	Local     bool   `json:"local,omitempty"`
+	Epoch     uint64 `json:"epoch"`
+	Released  bool   `json:"released"`
+	Local     bool   `json:"local"`
+	State     string `json:"state"`
 }
+
+// Partition states, as in PartitionStatus.State.
+const (
+	StateSettled   = "settled"
+	StateMoving    = "moving"
+	StateElsewhere = "elsewhere"
+	StateUnowned   = "unowned"
+)
+
+func hex16(v uint64) string { return fmt.Sprintf("%016x", v) }
 
 // Status returns a snapshot of this node's view.
 func (c *Coordinator) Status() Status {
 	s := Status{
-		Node:        c.self.Name,
-		Incarnation: c.self.Incarnation,
-		Cluster:     c.cfg.ClusterName,
-		Members:     c.Members(),
-		Converged:   c.converged(),
-		RecentMoves: c.moves.recent(),
+		Node:            c.self.Name,
+		Incarnation:     hex16(c.self.Incarnation),
+		Cluster:         c.cfg.ClusterName,
+		Time:            c.cfg.Clock.Now(),
+		Leaving:         c.leaving.Load(),
+		StaleRejections: counterValue(c.metrics.staleRejections),
+		Members:         []MemberStatus{},
+		Partitions:      []PartitionStatus{},
+		Stable:          []string{},
 	}
-	t := c.Table()
-	if t == nil {
+	v := c.view.Load()
+	if v == nil {
+		s.Timeline = c.timeline.snapshot(c.reg)
 		return s
 	}
-	for p := 0; p < t.Partitions(); p++ {
-		cl := c.reg.GetClaim(uint32(p))
+	t := v.table
+	s.Started = true
+	s.Converged = c.converged()
+	s.PartitionCount = t.Partitions()
+	held := make(map[string]int)
+	for p := range uint32(t.Partitions()) {
+		cl := c.reg.GetClaim(p)
 		l := c.leases[p].Load()
-		local := l != nil && l.Err() == nil
-		if local {
+		ps := PartitionStatus{
+			Partition: p, Owner: t.Owner(p), Holder: cl.Token.Owner, Epoch: cl.Token.Epoch,
+			Released: cl.Released, Local: l != nil && l.Err() == nil,
+		}
+		switch {
+		case ps.Owner == "" || (ps.Holder == "" && !ps.Released):
+			ps.State = StateUnowned
+		case ps.Released || !t.Has(ps.Holder):
+			ps.State = StateMoving
+		case ps.Holder != ps.Owner:
+			ps.State = StateElsewhere
+		default:
+			ps.State = StateSettled
+		}
+		if ps.Local {
 			s.Owned++
 		}
-		s.Partitions = append(s.Partitions, PartitionStatus{
-			Partition: uint32(p), Owner: t.Owner(uint32(p)), Epoch: cl.Token.Epoch,
-			Holder: cl.Token.Owner, Released: cl.Released, Local: local,
+		if !ps.Released && ps.Holder != "" {
+			held[ps.Holder]++
+		}
+		s.Partitions = append(s.Partitions, ps)
+	}
+	names := t.Members()
+	for _, name := range names {
+		m := v.members[name]
+		s.Members = append(s.Members, MemberStatus{
+			Name: name, GossipAddr: m.GossipAddr, ServiceAddr: m.ServiceAddr,
+			Incarnation: hex16(m.Incarnation), Self: name == c.self.Name,
+			Held: held[name], RingShare: t.Load(name),
+			FairShare: float64(t.Partitions()) / float64(len(names)),
 		})
 	}
+	s.Timeline = c.timeline.snapshot(c.reg)
 	return s
 }
 
+// counterValue reads a Prometheus counter.
+func counterValue(c interface{ Write(*dto.Metric) error }) uint64 {
+	var m dto.Metric
+	if c.Write(&m) != nil {
+		return 0
+	}
+	return uint64(m.GetCounter().GetValue())
+}
+
 // StatusHandler returns an http.Handler for the status page: HTML for
-// browsers, JSON when the request asks for application/json or has
-// ?format=json.
+// browsers (a partition map, the members, the timeline of moves and the
+// node's health, refreshed every second from the JSON without a reload; it
+// loads nothing from elsewhere, so it works offline), and JSON (Status)
+// when the request has ?format=json or asks for application/json.
 func (c *Coordinator) StatusHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s := c.Status()
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "tenure: the status page answers GET only", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
 		if r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json") {
 			w.Header().Set("Content-Type", "application/json")
 			enc := json.NewEncoder(w)
-			enc.SetIndent("", "  ")
-			_ = enc.Encode(s)
+			enc.SetIndent("", " ")
+			_ = enc.Encode(c.Status())
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_ = statusPage.Execute(w, s)
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:")
+		_, _ = w.Write(statusPage)
 	})
 }
 
-var statusPage = template.Must(template.New("status").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>tenure: {{.Node}}</title>
-<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}.local{background:#e8f5e9}</style>
-</head><body>
-<h1>tenure node {{.Node}}</h1>
-<p>cluster <b>{{.Cluster}}</b>, incarnation {{printf "%016x" .Incarnation}}, owns {{.Owned}} partitions, converged: {{.Converged}}. <a href="?format=json">JSON</a></p>
-<h2>Members</h2>
-<table><tr><th>name</th><th>gossip</th><th>service</th></tr>
-{{range .Members}}<tr><td>{{.Name}}</td><td>{{.GossipAddr}}</td><td>{{.ServiceAddr}}</td></tr>{{end}}
-</table>
-<h2>Recent moves on this node</h2>
-<table><tr><th>time</th><th>partition</th><th>what</th><th>token</th></tr>
-{{range .RecentMoves}}<tr><td>{{.Time.Format "15:04:05.000"}}</td><td>{{.Partition}}</td><td>{{.What}}</td><td>{{.TokenText}}</td></tr>{{end}}
-</table>
-<h2>Partitions</h2>
-<table><tr><th>partition</th><th>ring owner</th><th>holder</th><th>epoch</th><th>released</th></tr>
-{{range .Partitions}}<tr{{if .Local}} class="local"{{end}}><td>{{.Partition}}</td><td>{{.Owner}}</td><td>{{.Holder}}</td><td>{{.Epoch}}</td><td>{{.Released}}</td></tr>{{end}}
-</table>
-</body></html>
-`))
+// statusPage is the page's HTML, CSS and script in one file: it fetches
+// the JSON from its own URL.
+//
+//go:embed status_page.html
+var statusPage []byte
