@@ -31,7 +31,7 @@ import (
 type config struct {
 	nodes, partitions, writers, keys int
 	phase, pause, cut, timeout       time.Duration
-	dir, dsn                         string
+	dir, dsn, report                 string
 	keep                             bool
 }
 
@@ -47,6 +47,7 @@ type demo struct {
 	live  map[string]*proc // running nodes, paused ones included
 	gone  []*proc          // nodes that exited, for their last counters
 	phase string
+	story story // the faults and settling windows, for the report
 
 	ops, acked, failed, staleSeen, reads, staleReads atomic.Int64
 }
@@ -83,6 +84,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 		return false, err
 	}
 	d := &demo{cfg: cfg, self: self, dir: cfg.dir, live: map[string]*proc{}, runID: strconv.FormatInt(time.Now().UnixNano(), 36), t0: time.Now()}
+	d.story.t0 = d.t0
 	if d.dir == "" {
 		if d.dir, err = os.MkdirTemp("", "tenure-demo-"); err != nil {
 			return false, err
@@ -128,6 +130,8 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	}
 	stopProgress := d.progress(start)
 	defer stopProgress()
+	stale := d.sampleStale()
+	defer stale.stop()
 
 	// The faults, in turn.
 	d.setPhase("steady")
@@ -144,19 +148,23 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	d.story.settled("node-3 back after its pause", resumed, false)
 	d.wait(ctx, cfg.phase)
 
 	d.setPhase("crash node-1 (SIGKILL)")
 	crashed := d.remove("node-1")
+	d.story.mark("crash node-1 (SIGKILL)")
 	crashed.kill()
 	failover, err := d.settle(ctx)
 	if err != nil {
 		return false, err
 	}
+	d.story.settled("crashed node-1's partitions failed over", failover, true)
 	d.wait(ctx, cfg.phase)
 
 	d.setPhase("restart node-1")
 	t0 := time.Now()
+	d.story.mark("restart node-1")
 	if _, err := d.start(ctx, "node-1"); err != nil {
 		return false, err
 	}
@@ -164,6 +172,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 		return false, err
 	}
 	rejoin := time.Since(t0)
+	d.story.settled("node-1 restarted and rejoined", rejoin, false)
 	d.wait(ctx, cfg.phase)
 
 	d.setPhase("network cut {0,1} | {2,3,4}")
@@ -172,24 +181,29 @@ func run(ctx context.Context, cfg config) (bool, error) {
 		return false, err
 	}
 	t0 = time.Now()
+	d.story.mark("network cut {0,1} | {2,3,4}")
 	if _, err := d.settleAmong(ctx, large); err != nil {
 		return false, err
 	}
 	cutFailover := time.Since(t0)
+	d.story.settled("the majority side {2,3,4} took over", cutFailover, true)
 	d.wait(ctx, cfg.cut-cutFailover)
 	d.setPhase("network healed")
 	if err := d.cut(nil, d.list()); err != nil {
 		return false, err
 	}
+	d.story.mark("network healed")
 	healed, err := d.settle(ctx)
 	if err != nil {
 		return false, err
 	}
+	d.story.settled("the cut healed, the tables merged", healed, false)
 	d.wait(ctx, cfg.phase)
 
 	d.setPhase("graceful leave of node-2")
 	leaver := d.remove("node-2")
 	t0 = time.Now()
+	d.story.mark("graceful leave of node-2")
 	if err := leaver.stop(ctx); err != nil {
 		return false, err
 	}
@@ -197,6 +211,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 		return false, err
 	}
 	handoff := time.Since(t0)
+	d.story.settled("node-2 left, handing off", handoff, false)
 	d.wait(ctx, cfg.phase)
 
 	d.setPhase("checking")
@@ -262,6 +277,20 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	fmt.Printf("figure: demo.heal_seconds %.3f\n", healed.Seconds())
 	fmt.Printf("figure: demo.handoff_seconds %.3f\n", handoff.Seconds())
 	fmt.Printf("figure: demo.total_seconds %.1f\n", time.Since(start).Seconds())
+	stale.stop()
+	report, err := d.writeReport(history, stale.times(), []check{
+		{"the paused node's held write refused by the fence", fmt.Sprint(heldRefused), heldRefused},
+		{"acknowledged writes lost", fmt.Sprint(lost), lost == 0},
+		{"stale writes accepted (write log)", fmt.Sprint(staleAccepted), staleAccepted == 0},
+		{"stale reads", fmt.Sprint(d.staleReads.Load()), d.staleReads.Load() == 0},
+		{"history linearizable, key by key (porcupine)", fmt.Sprintf("%v (%d calls)", verdict, len(history)), linearizable},
+		{"write log holds every acknowledged write", fmt.Sprintf("%d rows, %d acknowledged", rows, d.acked.Load()), d.acked.Load() > 0 && rows >= int(d.acked.Load())},
+		{"stale writes rejected by the fences", fmt.Sprint(staleRejected), true},
+	})
+	if err != nil {
+		return false, fmt.Errorf("report: %w", err)
+	}
+	fmt.Printf("report as a picture: %s\n", report)
 	return linearizable && heldRefused && lost == 0 && staleAccepted == 0 && d.staleReads.Load() == 0 &&
 		d.acked.Load() > 0 && rows >= int(d.acked.Load()), nil
 }
@@ -634,6 +663,7 @@ func (d *demo) pause(ctx context.Context, victim *proc) (takeover time.Duration,
 		return 0, false, err
 	}
 	start := time.Now()
+	d.story.mark("pause " + victim.name + " (SIGSTOP)")
 	others := slices.DeleteFunc(d.list(), func(p *proc) bool { return p == victim })
 	err = d.poll(ctx, d.cfg.pause+time.Minute, func() bool {
 		if takeover == 0 && allHold(others, victim.name) {
@@ -641,9 +671,11 @@ func (d *demo) pause(ctx context.Context, victim *proc) (takeover time.Duration,
 		}
 		return takeover > 0 && time.Since(start) >= d.cfg.pause
 	})
+	d.story.settledAt(victim.name+"'s partitions taken over", start, start.Add(takeover), true)
 	if cerr := victim.signal(syscall.SIGCONT); err == nil {
 		err = cerr
 	}
+	d.story.mark(victim.name + " resumed (SIGCONT)")
 	if err != nil {
 		return 0, false, fmt.Errorf("the other nodes did not take over %s's partitions: %w", victim.name, err)
 	}

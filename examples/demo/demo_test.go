@@ -33,7 +33,7 @@ func TestDemoShort(t *testing.T) {
 	cfg := config{
 		nodes: 5, partitions: 32, writers: 8, keys: 32,
 		phase: 300 * time.Millisecond, pause: 4 * time.Second, cut: 4 * time.Second, timeout: 6 * time.Second,
-		dir: t.TempDir(),
+		dir: t.TempDir(), report: filepath.Join(t.ArtifactDir(), "demo-report.html"),
 	}
 	ok, err := run(ctx, cfg)
 	if err != nil {
@@ -44,6 +44,7 @@ func TestDemoShort(t *testing.T) {
 			"a stale read, a history that is not linearizable, a paused write the fence did not refuse, " +
 			"or a write log shorter than the acknowledged writes")
 	}
+	checkRunReport(t, cfg.report)
 }
 
 // The history check accepts what a register allows, unknown outcomes

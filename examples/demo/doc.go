@@ -16,6 +16,10 @@
 // key back, checks the write log for stale writes, and checks the whole
 // history of calls for linearizability, key by key, with porcupine. It
 // prints a report with figure lines and exits non-zero if any check fails.
+// It also writes the report as a picture, one self-contained HTML file
+// (path printed; -report chooses it): throughput and failures over time,
+// each fault marked, the failover and handoff windows shaded, the stale
+// writes the fences rejected marked where they happened, and the checks.
 //
 //	go run ./examples/demo                 # about 40 seconds
 //	go run ./examples/demo -phase 300ms    # the short run CI does

@@ -34,6 +34,7 @@ func main() {
 	flag.DurationVar(&cfg.timeout, "timeout", 8*time.Second, "deadline of one client call; longer than -pause, so calls a paused node had taken go on after it resumes")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the SQLite file and node logs (default: a new temporary directory, removed at the end unless -keep)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the directory with the database and node logs")
+	flag.StringVar(&cfg.report, "report", "", "where to write the report as a picture, an HTML file (default: a new file in the temporary directory)")
 	flag.StringVar(&cfg.dsn, "dsn", "", "PostgreSQL DSN: the nodes keep their data there instead of in a SQLite file")
 	flag.Parse()
 	if cfg.nodes < 5 {
