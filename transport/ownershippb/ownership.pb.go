@@ -326,6 +326,305 @@ func (x *OwnershipChange) GetPartitions() []*PartitionOwner {
 	return nil
 }
 
+type StatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_ownership_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ownership_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_ownership_proto_rawDescGZIP(), []int{5}
+}
+
+type StatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering node's name, cluster and incarnation (16 hex digits).
+	Node        string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster     string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Incarnation string `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// Whether the node has a partition table yet.
+	Started bool `protobuf:"varint,4,opt,name=started,proto3" json:"started,omitempty"`
+	// Every partition is held by its ring owner, as the node sees it.
+	Converged bool `protobuf:"varint,5,opt,name=converged,proto3" json:"converged,omitempty"`
+	// The node sees a quorum of the stable membership (stable, below); while
+	// stable is empty the node does not report quorum.
+	Quorum bool     `protobuf:"varint,6,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	Stable []string `protobuf:"bytes,7,rep,name=stable,proto3" json:"stable,omitempty"`
+	// The node has begun a graceful leave.
+	Leaving bool `protobuf:"varint,8,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// Writes under the node's leases that a fence rejected as stale.
+	StaleRejections uint64 `protobuf:"varint,9,opt,name=stale_rejections,json=staleRejections,proto3" json:"stale_rejections,omitempty"`
+	// Partitions of the key space, and those the node holds a live lease on.
+	PartitionCount uint32 `protobuf:"varint,10,opt,name=partition_count,json=partitionCount,proto3" json:"partition_count,omitempty"`
+	Owned          uint32 `protobuf:"varint,11,opt,name=owned,proto3" json:"owned,omitempty"`
+	// The members of the node's table, sorted by name.
+	Members []*MemberStatus `protobuf:"bytes,12,rep,name=members,proto3" json:"members,omitempty"`
+	// Partitions by state, as the status page marks them: released or held
+	// by a node that left (moving), held by a member other than their ring
+	// owner (elsewhere), never claimed (unowned).
+	Moving        uint32 `protobuf:"varint,13,opt,name=moving,proto3" json:"moving,omitempty"`
+	Elsewhere     uint32 `protobuf:"varint,14,opt,name=elsewhere,proto3" json:"elsewhere,omitempty"`
+	Unowned       uint32 `protobuf:"varint,15,opt,name=unowned,proto3" json:"unowned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusResponse) Reset() {
+	*x = StatusResponse{}
+	mi := &file_ownership_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusResponse) ProtoMessage() {}
+
+func (x *StatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ownership_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
+func (*StatusResponse) Descriptor() ([]byte, []int) {
+	return file_ownership_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *StatusResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+func (x *StatusResponse) GetConverged() bool {
+	if x != nil {
+		return x.Converged
+	}
+	return false
+}
+
+func (x *StatusResponse) GetQuorum() bool {
+	if x != nil {
+		return x.Quorum
+	}
+	return false
+}
+
+func (x *StatusResponse) GetStable() []string {
+	if x != nil {
+		return x.Stable
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
+func (x *StatusResponse) GetStaleRejections() uint64 {
+	if x != nil {
+		return x.StaleRejections
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetPartitionCount() uint32 {
+	if x != nil {
+		return x.PartitionCount
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetOwned() uint32 {
+	if x != nil {
+		return x.Owned
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetMembers() []*MemberStatus {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetMoving() uint32 {
+	if x != nil {
+		return x.Moving
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetElsewhere() uint32 {
+	if x != nil {
+		return x.Elsewhere
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetUnowned() uint32 {
+	if x != nil {
+		return x.Unowned
+	}
+	return 0
+}
+
+type MemberStatus struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	GossipAddr  string                 `protobuf:"bytes,2,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
+	ServiceAddr string                 `protobuf:"bytes,3,opt,name=service_addr,json=serviceAddr,proto3" json:"service_addr,omitempty"`
+	// It is the answering node.
+	Self bool `protobuf:"varint,4,opt,name=self,proto3" json:"self,omitempty"`
+	// Partitions whose latest claim it holds, those the ring assigns it,
+	// and its fair share (partition_count / members).
+	Held          uint32  `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`
+	RingShare     uint32  `protobuf:"varint,6,opt,name=ring_share,json=ringShare,proto3" json:"ring_share,omitempty"`
+	FairShare     float64 `protobuf:"fixed64,7,opt,name=fair_share,json=fairShare,proto3" json:"fair_share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberStatus) Reset() {
+	*x = MemberStatus{}
+	mi := &file_ownership_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberStatus) ProtoMessage() {}
+
+func (x *MemberStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_ownership_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
+func (*MemberStatus) Descriptor() ([]byte, []int) {
+	return file_ownership_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MemberStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MemberStatus) GetGossipAddr() string {
+	if x != nil {
+		return x.GossipAddr
+	}
+	return ""
+}
+
+func (x *MemberStatus) GetServiceAddr() string {
+	if x != nil {
+		return x.ServiceAddr
+	}
+	return ""
+}
+
+func (x *MemberStatus) GetSelf() bool {
+	if x != nil {
+		return x.Self
+	}
+	return false
+}
+
+func (x *MemberStatus) GetHeld() uint32 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *MemberStatus) GetRingShare() uint32 {
+	if x != nil {
+		return x.RingShare
+	}
+	return 0
+}
+
+func (x *MemberStatus) GetFairShare() float64 {
+	if x != nil {
+		return x.FairShare
+	}
+	return 0
+}
+
 var File_ownership_proto protoreflect.FileDescriptor
 
 const file_ownership_proto_rawDesc = "" +
@@ -351,10 +650,40 @@ const file_ownership_proto_rawDesc = "" +
 	"\x0fpartition_count\x18\x02 \x01(\rR\x0epartitionCount\x12C\n" +
 	"\n" +
 	"partitions\x18\x03 \x03(\v2#.tenure.ownership.v1.PartitionOwnerR\n" +
-	"partitions2\xb2\x01\n" +
+	"partitions\"\x0f\n" +
+	"\rStatusRequest\"\xd9\x03\n" +
+	"\x0eStatusResponse\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x12\x18\n" +
+	"\astarted\x18\x04 \x01(\bR\astarted\x12\x1c\n" +
+	"\tconverged\x18\x05 \x01(\bR\tconverged\x12\x16\n" +
+	"\x06quorum\x18\x06 \x01(\bR\x06quorum\x12\x16\n" +
+	"\x06stable\x18\a \x03(\tR\x06stable\x12\x18\n" +
+	"\aleaving\x18\b \x01(\bR\aleaving\x12)\n" +
+	"\x10stale_rejections\x18\t \x01(\x04R\x0fstaleRejections\x12'\n" +
+	"\x0fpartition_count\x18\n" +
+	" \x01(\rR\x0epartitionCount\x12\x14\n" +
+	"\x05owned\x18\v \x01(\rR\x05owned\x12;\n" +
+	"\amembers\x18\f \x03(\v2!.tenure.ownership.v1.MemberStatusR\amembers\x12\x16\n" +
+	"\x06moving\x18\r \x01(\rR\x06moving\x12\x1c\n" +
+	"\telsewhere\x18\x0e \x01(\rR\telsewhere\x12\x18\n" +
+	"\aunowned\x18\x0f \x01(\rR\aunowned\"\xcc\x01\n" +
+	"\fMemberStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vgossip_addr\x18\x02 \x01(\tR\n" +
+	"gossipAddr\x12!\n" +
+	"\fservice_addr\x18\x03 \x01(\tR\vserviceAddr\x12\x12\n" +
+	"\x04self\x18\x04 \x01(\bR\x04self\x12\x12\n" +
+	"\x04held\x18\x05 \x01(\rR\x04held\x12\x1d\n" +
+	"\n" +
+	"ring_share\x18\x06 \x01(\rR\tringShare\x12\x1d\n" +
+	"\n" +
+	"fair_share\x18\a \x01(\x01R\tfairShare2\x85\x02\n" +
 	"\tOwnership\x12Q\n" +
 	"\x06Lookup\x12\".tenure.ownership.v1.LookupRequest\x1a#.tenure.ownership.v1.LookupResponse\x12R\n" +
-	"\x05Watch\x12!.tenure.ownership.v1.WatchRequest\x1a$.tenure.ownership.v1.OwnershipChange0\x01B3Z1github.com/tenure-go/tenure/transport/ownershippbb\x06proto3"
+	"\x05Watch\x12!.tenure.ownership.v1.WatchRequest\x1a$.tenure.ownership.v1.OwnershipChange0\x01\x12Q\n" +
+	"\x06Status\x12\".tenure.ownership.v1.StatusRequest\x1a#.tenure.ownership.v1.StatusResponseB3Z1github.com/tenure-go/tenure/transport/ownershippbb\x06proto3"
 
 var (
 	file_ownership_proto_rawDescOnce sync.Once
@@ -368,25 +697,31 @@ func file_ownership_proto_rawDescGZIP() []byte {
 	return file_ownership_proto_rawDescData
 }
 
-var file_ownership_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_ownership_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_ownership_proto_goTypes = []any{
 	(*LookupRequest)(nil),   // 0: tenure.ownership.v1.LookupRequest
 	(*LookupResponse)(nil),  // 1: tenure.ownership.v1.LookupResponse
 	(*WatchRequest)(nil),    // 2: tenure.ownership.v1.WatchRequest
 	(*PartitionOwner)(nil),  // 3: tenure.ownership.v1.PartitionOwner
 	(*OwnershipChange)(nil), // 4: tenure.ownership.v1.OwnershipChange
+	(*StatusRequest)(nil),   // 5: tenure.ownership.v1.StatusRequest
+	(*StatusResponse)(nil),  // 6: tenure.ownership.v1.StatusResponse
+	(*MemberStatus)(nil),    // 7: tenure.ownership.v1.MemberStatus
 }
 var file_ownership_proto_depIdxs = []int32{
 	3, // 0: tenure.ownership.v1.OwnershipChange.partitions:type_name -> tenure.ownership.v1.PartitionOwner
-	0, // 1: tenure.ownership.v1.Ownership.Lookup:input_type -> tenure.ownership.v1.LookupRequest
-	2, // 2: tenure.ownership.v1.Ownership.Watch:input_type -> tenure.ownership.v1.WatchRequest
-	1, // 3: tenure.ownership.v1.Ownership.Lookup:output_type -> tenure.ownership.v1.LookupResponse
-	4, // 4: tenure.ownership.v1.Ownership.Watch:output_type -> tenure.ownership.v1.OwnershipChange
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	7, // 1: tenure.ownership.v1.StatusResponse.members:type_name -> tenure.ownership.v1.MemberStatus
+	0, // 2: tenure.ownership.v1.Ownership.Lookup:input_type -> tenure.ownership.v1.LookupRequest
+	2, // 3: tenure.ownership.v1.Ownership.Watch:input_type -> tenure.ownership.v1.WatchRequest
+	5, // 4: tenure.ownership.v1.Ownership.Status:input_type -> tenure.ownership.v1.StatusRequest
+	1, // 5: tenure.ownership.v1.Ownership.Lookup:output_type -> tenure.ownership.v1.LookupResponse
+	4, // 6: tenure.ownership.v1.Ownership.Watch:output_type -> tenure.ownership.v1.OwnershipChange
+	6, // 7: tenure.ownership.v1.Ownership.Status:output_type -> tenure.ownership.v1.StatusResponse
+	5, // [5:8] is the sub-list for method output_type
+	2, // [2:5] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_ownership_proto_init() }
@@ -400,7 +735,7 @@ func file_ownership_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ownership_proto_rawDesc), len(file_ownership_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

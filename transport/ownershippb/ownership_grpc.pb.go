@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Ownership_Lookup_FullMethodName = "/tenure.ownership.v1.Ownership/Lookup"
 	Ownership_Watch_FullMethodName  = "/tenure.ownership.v1.Ownership/Watch"
+	Ownership_Status_FullMethodName = "/tenure.ownership.v1.Ownership/Status"
 )
 
 // OwnershipClient is the client API for Ownership service.
@@ -45,6 +46,10 @@ type OwnershipClient interface {
 	// state, not every intermediate one. The stream ends with UNAVAILABLE when
 	// the node shuts down.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OwnershipChange], error)
+	// Status returns the answering node's health and its view of the
+	// members, as its status page shows them (the page's JSON has the same
+	// names). UNIMPLEMENTED from a server whose source reports no status.
+	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
 
 type ownershipClient struct {
@@ -84,6 +89,16 @@ func (c *ownershipClient) Watch(ctx context.Context, in *WatchRequest, opts ...g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ownership_WatchClient = grpc.ServerStreamingClient[OwnershipChange]
 
+func (c *ownershipClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Ownership_Status_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OwnershipServer is the server API for Ownership service.
 // All implementations must embed UnimplementedOwnershipServer
 // for forward compatibility.
@@ -106,6 +121,10 @@ type OwnershipServer interface {
 	// state, not every intermediate one. The stream ends with UNAVAILABLE when
 	// the node shuts down.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[OwnershipChange]) error
+	// Status returns the answering node's health and its view of the
+	// members, as its status page shows them (the page's JSON has the same
+	// names). UNIMPLEMENTED from a server whose source reports no status.
+	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedOwnershipServer()
 }
 
@@ -121,6 +140,9 @@ func (UnimplementedOwnershipServer) Lookup(context.Context, *LookupRequest) (*Lo
 }
 func (UnimplementedOwnershipServer) Watch(*WatchRequest, grpc.ServerStreamingServer[OwnershipChange]) error {
 	return status.Errorf(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedOwnershipServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Status not implemented")
 }
 func (UnimplementedOwnershipServer) mustEmbedUnimplementedOwnershipServer() {}
 func (UnimplementedOwnershipServer) testEmbeddedByValue()                   {}
@@ -172,6 +194,24 @@ func _Ownership_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ownership_WatchServer = grpc.ServerStreamingServer[OwnershipChange]
 
+func _Ownership_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OwnershipServer).Status(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Ownership_Status_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OwnershipServer).Status(ctx, req.(*StatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Ownership_ServiceDesc is the grpc.ServiceDesc for Ownership service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -182,6 +222,10 @@ var Ownership_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lookup",
 			Handler:    _Ownership_Lookup_Handler,
+		},
+		{
+			MethodName: "Status",
+			Handler:    _Ownership_Status_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -24,6 +24,9 @@ type OwnershipSource interface {
 	OwnerOfPartition(p uint32) (ownership.OwnerInfo, error)
 	Table() *ring.Table
 	Subscribe(buf int) (<-chan coordinator.Event, func())
+	// Status is the node's status page as data; it may take time in
+	// proportion to the partition count.
+	Status() coordinator.Status
 }
 
 // OwnershipServiceConfig configures an OwnershipService.
@@ -54,7 +57,7 @@ func (c OwnershipServiceConfig) Validate() error {
 
 // OwnershipService serves tenure.ownership.v1.Ownership (see
 // transport/ownershippb): Lookup tells who owns a key, Watch streams every
-// partition's owner and then its changes, so programs in any language can
+// partition's owner and then its changes, Status reports the node's health, so programs in any language can
 // route by key or run beside a node as a sidecar. It answers from the
 // node's own view, which may lag the cluster's by a gossip round: callers
 // follow not-owner answers as a Router does.
@@ -104,6 +107,34 @@ func (s *OwnershipService) Lookup(_ context.Context, req *pb.LookupRequest) (*pb
 		Token:     tokenText(o.Token),
 		Epoch:     o.Token.Epoch,
 	}, nil
+}
+
+// Status answers the node's health and members (coordinator.Status
+// without the partition rows, which Watch streams).
+func (s *OwnershipService) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st := s.src.Status()
+	resp := &pb.StatusResponse{
+		Node: st.Node, Cluster: st.Cluster, Incarnation: st.Incarnation, Started: st.Started,
+		Converged: st.Converged, Quorum: st.Quorum, Stable: st.Stable, Leaving: st.Leaving,
+		StaleRejections: st.StaleRejections, PartitionCount: uint32(st.PartitionCount), Owned: uint32(st.Owned),
+	}
+	for _, m := range st.Members {
+		resp.Members = append(resp.Members, &pb.MemberStatus{
+			Name: m.Name, GossipAddr: m.GossipAddr, ServiceAddr: m.ServiceAddr, Self: m.Self,
+			Held: uint32(m.Held), RingShare: uint32(m.RingShare), FairShare: m.FairShare,
+		})
+	}
+	for _, p := range st.Partitions {
+		switch p.State {
+		case coordinator.StateMoving:
+			resp.Moving++
+		case coordinator.StateElsewhere:
+			resp.Elsewhere++
+		case coordinator.StateUnowned:
+			resp.Unowned++
+		}
+	}
+	return resp, nil
 }
 
 // Watch streams the owners of every partition, then their changes.

@@ -103,6 +103,13 @@ func TestOwnershipService(t *testing.T) {
 		}
 	}
 
+	st, err := oc.Status(ctx, &pb.StatusRequest{})
+	if err != nil || st.GetNode() != "solo" || !st.GetStarted() || st.GetPartitionCount() != uint32(c.Table().Partitions()) ||
+		len(st.GetMembers()) != 1 || !st.GetMembers()[0].GetSelf() || st.GetMembers()[0].GetHeld() != st.GetPartitionCount() ||
+		len(st.GetIncarnation()) != 16 {
+		t.Fatalf("status %v: %v", st, err)
+	}
+
 	w, err := oc.Watch(ctx, &pb.WatchRequest{})
 	if err != nil {
 		t.Fatal(err)
