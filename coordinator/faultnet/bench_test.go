@@ -46,7 +46,7 @@ func BenchmarkPacketRoundTrip(b *testing.B) {
 	})
 	b.Run("nettransport", func(b *testing.B) {
 		newNT := func() *memberlist.NetTransport {
-			nt, err := bind(0, log.New(io.Discard, "", 0))
+			nt, err := bind(loopback, 0, log.New(io.Discard, "", 0))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -61,12 +61,30 @@ func Example() {
 		}
 	}
 
+	// waitFor polls each node's member count, with a deadline.
+	waitFor := func(want ...int) bool {
+		deadline := time.Now().Add(30 * time.Second)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for time.Now().Before(deadline) {
+			ok := true
+			for i, ml := range nodes {
+				ok = ok && ml.NumMembers() == want[i]
+			}
+			if ok {
+				return true
+			}
+			<-tick.C
+		}
+		return false
+	}
+	fmt.Println("joined:", waitFor(3, 3, 3))
+
 	if err := network.Partition([]string{"a", "b"}, []string{"c"}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	// ... poll nodes[i].Members() with a deadline until each side has
-	// dropped the other ...
+	fmt.Println("split {a,b} | {c}:", waitFor(2, 2, 1))
 
 	network.Heal()
 	// memberlist never probes dead nodes: join across the healed split.
@@ -74,6 +92,11 @@ func Example() {
 	if _, err := nodes[0].Join([]string{addr}); err != nil {
 		fmt.Println(err)
 	}
+	fmt.Println("healed:", waitFor(3, 3, 3))
+	// Output:
+	// joined: true
+	// split {a,b} | {c}: true
+	// healed: true
 }
 
 // A one-way cut: packets from a to b are lost, packets from b to a arrive,

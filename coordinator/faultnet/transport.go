@@ -100,7 +100,7 @@ func (n *Network) Transport(name string, cfg TransportConfig) (*Transport, error
 	if cfg.Logger != nil {
 		logger = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelError)
 	}
-	inner, err := bind(cfg.BindPort, logger)
+	inner, err := bind(loopback, cfg.BindPort, logger)
 	if err != nil {
 		return nil, fmt.Errorf("faultnet: node %q: %w", name, err)
 	}
@@ -122,9 +122,9 @@ func (n *Network) Transport(name string, cfg TransportConfig) (*Transport, error
 	return t, nil
 }
 
-// bind creates the NetTransport, retrying when port is 0 and the port the
-// kernel chose for TCP is taken for UDP.
-func bind(port int, logger *log.Logger) (*memberlist.NetTransport, error) {
+// bind creates a NetTransport on host:port, retrying when port is 0 and
+// the port the kernel chose for TCP is taken for UDP.
+func bind(host string, port int, logger *log.Logger) (*memberlist.NetTransport, error) {
 	attempts := 1
 	if port == 0 {
 		attempts = bindAttempts
@@ -133,7 +133,7 @@ func bind(port int, logger *log.Logger) (*memberlist.NetTransport, error) {
 	for range attempts {
 		var nt *memberlist.NetTransport
 		nt, err = memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-			BindAddrs: []string{loopback},
+			BindAddrs: []string{host},
 			BindPort:  port,
 			Logger:    logger,
 		})
