@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	_ "modernc.org/sqlite"
 
@@ -104,12 +105,24 @@ func Example() {
 
 // A consumer process: one Node per process, all on one database. The
 // Node's coordinator fences the store on every grant, and a goroutine per
-// owned partition consumes it.
+// owned partition consumes it. Here one node consumes a few events alone.
 func ExampleNewNode() {
-	var db *sql.DB // sql.Open("pgx", dsn), with github.com/jackc/pgx/v5/stdlib imported
-	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "consumer-node-example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "log.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 
-	store, err := consumer.NewStore(db, sqlfence.Postgres(), "")
+	store, err := consumer.NewStore(db, sqlfence.SQLite(), "") // sqlfence.Postgres() for PostgreSQL
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -119,9 +132,10 @@ func ExampleNewNode() {
 		fmt.Println(err)
 		return
 	}
-	cfg := coordinator.LANConfig()
+	cfg := coordinator.LocalConfig() // LANConfig() across machines
 	cfg.Name = "consumer-1"
-	cfg.Seeds = []string{"10.0.0.2:7946", "10.0.0.3:7946"}
+	cfg.Ring.Partitions = 4
+	// cfg.Seeds = []string{"10.0.0.2:7946", "10.0.0.3:7946"}
 	node, err := consumer.NewNode(store, cfg, consumer.Options{BatchSize: 100})
 	if err != nil {
 		fmt.Println(err)
@@ -131,9 +145,26 @@ func ExampleNewNode() {
 		fmt.Println(err)
 		return
 	}
-	defer node.Leave(ctx) // hands each partition off after its batch in hand
-
+	if _, err := store.Append(ctx, consumer.Event{Partition: 1, Key: "alice", Amount: 3}, consumer.Event{Partition: 2, Key: "bob", Amount: 4}); err != nil {
+		fmt.Println(err)
+		return
+	}
 	// ... run until told to stop; watch node.Stats() and store.Lag(ctx).
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for lag, err := store.Lag(ctx); lag > 0 && err == nil; lag, err = store.Lag(ctx) {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			fmt.Println("not consumed:", ctx.Err())
+			return
+		}
+	}
+	if err := node.Leave(ctx); err != nil { // hands each partition off after its batch in hand
+		fmt.Println(err)
+	}
+	fmt.Println("events consumed:", node.Stats().Events)
+	// Output: events consumed: 2
 }
 
 // Hooks around each commit, outside the fenced path: an external effect
@@ -164,4 +195,12 @@ func ExampleOptions() {
 		},
 	}
 	_ = opts // consumer.NewNode(store, cfg, opts)
+
+	// What the hooks see for two batches: one committed, one rejected.
+	b := consumer.Batch{Events: make([]consumer.Event, 3)}
+	_ = opts.BeforeCommit(context.Background(), b)
+	opts.AfterCommit(b, nil)
+	opts.AfterCommit(b, ownership.Stale(ownership.Token{Epoch: 1}, ownership.Token{Epoch: 2}))
+	fmt.Println(sent.Load(), committed.Load(), rejected.Load())
+	// Output: 3 3 1
 }

@@ -38,9 +38,11 @@ type Options struct {
 	// AfterCommit, if set, is called with each batch the node committed or
 	// tried to, and Store.Commit's result: nil, an error wrapping
 	// ownership.ErrStaleToken (the batch was rejected and the node stops
-	// consuming the partition), or another error (the outcome is unknown;
-	// the next batch is read from the committed offset). Use it for
-	// metrics and tracing; it must not block.
+	// consuming the partition), ErrOffsetMoved (an earlier commit of the
+	// batch had landed; nothing was applied), or another error (perhaps
+	// committed: an error wrapping ownership.ErrOutcomeUnknown; the next
+	// batch is read from the committed offset). Use it for metrics and
+	// tracing; it must not block.
 	AfterCommit func(b Batch, err error)
 }
 
@@ -198,8 +200,9 @@ func (n *Node) consume(lease *ownership.Lease, w *worker) {
 	log := n.log.With("partition", lease.Partition(), "epoch", lease.Token().Epoch)
 	for n.running(lease, w) {
 		// Read with the lease's context: reading after the lease ended is
-		// useless. The offset is read again for every batch, so a commit
-		// whose outcome was unknown costs nothing to get right.
+		// useless. The offset is read again for every batch, and checked
+		// again inside the commit, so a commit whose outcome was unknown
+		// is never applied twice.
 		b, err := n.store.ReadBatch(lease.Context(), lease.Token(), n.opts.BatchSize)
 		if err != nil || len(b.Events) == 0 {
 			if err != nil && lease.Err() == nil {
@@ -236,7 +239,14 @@ func (n *Node) consume(lease *ownership.Lease, w *worker) {
 			log.Info("stale commit rejected", "from", b.From, "events", len(b.Events), "err", err)
 			n.c.ReportStale(err)
 			return
+		case errors.Is(err, ErrOffsetMoved):
+			// An earlier commit whose outcome was unknown did land: these
+			// events are applied; carry on from the committed offset.
+			log.Info("batch already committed", "from", b.From, "err", err)
 		default:
+			// Perhaps committed (ownership.ErrOutcomeUnknown): the next
+			// batch is read from the committed offset, and its commit
+			// checks that offset again.
 			log.Warn("commit", "from", b.From, "err", err)
 			n.pause(lease, w)
 		}

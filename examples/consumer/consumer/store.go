@@ -13,6 +13,13 @@ import (
 // DefaultPrefix is the table-name prefix when NewStore is given "".
 const DefaultPrefix = "consumer_"
 
+// ErrOffsetMoved is returned by Commit for a batch read from an offset
+// that is no longer the partition's committed one: an earlier commit of the
+// same events landed (one whose outcome was unknown, read again before it
+// was visible), so this one is not applied. Read the next batch from the
+// committed offset.
+var ErrOffsetMoved = errors.New("consumer: the committed offset moved since the batch was read")
+
 // Event is one entry of the log.
 type Event struct {
 	Partition uint32
@@ -208,10 +215,11 @@ func (s *Store) Offset(ctx context.Context, p uint32) (int64, error) {
 }
 
 // ReadBatch reads up to max events of the token's partition from its
-// committed offset. It reads outside any transaction: if the token is
-// still current when the batch commits, nobody else has written the
-// partition since its owner fenced it, so what was read is still true;
-// if it is not, the commit is rejected.
+// committed offset. It reads outside any transaction; Commit checks, inside
+// its fenced transaction, that the committed offset is still the one the
+// batch was read from, so neither a newer owner nor an earlier commit of
+// this owner (one whose outcome was unknown) can make it apply events
+// twice.
 func (s *Store) ReadBatch(ctx context.Context, t ownership.Token, max int) (Batch, error) {
 	from, err := s.Offset(ctx, t.Partition)
 	if err != nil {
@@ -241,12 +249,16 @@ func (s *Store) ReadBatch(ctx context.Context, t ownership.Token, max int) (Batc
 
 // Commit applies b's events to the outputs and moves the partition's
 // offset past them, in one transaction that commits only if b's token is
-// still the partition's fencing token (ownership.Exact). If a newer owner
-// has fenced the partition it returns an error wrapping
-// ownership.ErrStaleToken and nothing is applied: the newer owner consumes
-// these events from the committed offset instead. Any other error leaves
-// the outcome unknown; read the offset again before the next batch (as
-// ReadBatch does).
+// still the partition's fencing token (ownership.Exact) and the
+// partition's committed offset is still b.From. If a newer owner has
+// fenced the partition it returns an error wrapping ownership.ErrStaleToken
+// and nothing is applied: the newer owner consumes these events from the
+// committed offset instead. If the offset moved (an earlier commit of these
+// events landed, though its caller did not learn it) it returns
+// ErrOffsetMoved and nothing is applied. An error wrapping
+// ownership.ErrOutcomeUnknown means the commit may have landed: read the
+// next batch from the committed offset (as ReadBatch does); its commit
+// fails with ErrOffsetMoved if this one did land.
 //
 // Exact, not Monotonic: the coordinator fences every new token before the
 // owner reads, so the owner always writes under the mark, and a token
@@ -260,8 +272,25 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 	})
 }
 
-// apply writes b's effect and its new offset in tx.
+// apply checks that b was read from the committed offset, then writes b's
+// effect and its new offset in tx.
 func (s *Store) apply(ctx context.Context, tx *sql.Tx, b Batch) error {
+	var from int64
+	err := tx.QueryRowContext(ctx, s.q.readOffset, int64(b.Token.Partition)).Scan(&from)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		from = 0
+	case err != nil:
+		return fmt.Errorf("consumer: read the offset of p%d: %w", b.Token.Partition, err)
+	}
+	if from != b.From {
+		return fmt.Errorf("%w: p%d batch read from %d, committed offset %d", ErrOffsetMoved, b.Token.Partition, b.From, from)
+	}
+	return s.write(ctx, tx, b)
+}
+
+// write writes b's effect and its new offset in tx, unchecked.
+func (s *Store) write(ctx context.Context, tx *sql.Tx, b Batch) error {
 	for _, e := range b.Events {
 		if _, err := tx.ExecContext(ctx, s.q.addBalance, e.Key, e.Amount); err != nil {
 			return fmt.Errorf("consumer: apply p%d@%d: %w", e.Partition, e.Offset, err)

@@ -128,8 +128,8 @@ func TestNewStorePrefix(t *testing.T) {
 	}
 }
 
-// unfencedCommit is Store.Commit without the fence: the same writes in a
-// plain transaction.
+// unfencedCommit is Store.Commit without the fence and the offset check:
+// the same writes in a plain transaction.
 func unfencedCommit(s *Store) func(context.Context, Batch) error {
 	return func(ctx context.Context, b Batch) error {
 		tx, err := s.db.BeginTx(ctx, nil)
@@ -137,9 +137,52 @@ func unfencedCommit(s *Store) func(context.Context, Batch) error {
 			return err
 		}
 		defer tx.Rollback()
-		if err := s.apply(ctx, tx, b); err != nil {
+		if err := s.write(ctx, tx, b); err != nil {
 			return err
 		}
 		return tx.Commit()
+	}
+}
+
+// A commit whose outcome was unknown, and that did land, is not applied a
+// second time by the batch read again before the commit was visible: the
+// second commit, under the same token, finds the offset moved. (Before the
+// offset was checked inside the fenced transaction, this applied the batch
+// twice: reproduced on PostgreSQL, a balance wrong.)
+func TestInDoubtCommitNotAppliedTwice(t *testing.T) {
+	for _, e := range []struct {
+		name string
+		open func(*testing.T) *sql.DB
+		d    sqlfence.Dialect
+	}{{"sqlite", openSQLite, sqlfence.SQLite()}, {"postgres", openPostgres, sqlfence.Postgres()}} {
+		t.Run(e.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			s := newStore(t, e.open(t), e.d)
+			if _, err := s.Append(ctx, Event{Partition: 1, Key: "a", Amount: 10}, Event{Partition: 1, Key: "a", Amount: 5}); err != nil {
+				t.Fatal(err)
+			}
+			owner := tok(1, 1, "x")
+			if _, err := s.Fence().Fence(ctx, owner); err != nil {
+				t.Fatal(err)
+			}
+			b, err := s.ReadBatch(ctx, owner, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The commit lands, but its caller sees an error (the answer
+			// was lost) and re-reads; the re-read raced the commit and got
+			// the old offset: the same batch, under the same token.
+			if err := s.Commit(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			again := Batch{Token: owner, From: b.From, Events: b.Events}
+			if err := s.Commit(ctx, again); !errors.Is(err, ErrOffsetMoved) {
+				t.Fatalf("second commit of the batch = %v, want ErrOffsetMoved", err)
+			}
+			r, err := s.Verify(ctx)
+			if err != nil || r.Err() != nil || r.DoubleApplied != 0 {
+				t.Fatalf("Verify = %+v, %v (%v); want every event applied once", r, err, r.Err())
+			}
+		})
 	}
 }
