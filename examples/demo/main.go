@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
+	"github.com/tenure-go/tenure/internal/faultctl"
 )
 
 // nodeCommand, as the first argument, makes this program a kvstore node.
@@ -56,7 +56,7 @@ func main() {
 func runNode(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := kvnode.Main(ctx, args, os.Stdout, os.Stderr); err != nil {
+	if err := faultctl.Main(ctx, args, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "kvnode:", err)
 		return 1
 	}

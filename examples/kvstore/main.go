@@ -9,12 +9,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
+	"github.com/tenure-go/tenure/internal/faultctl"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := kvnode.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := faultctl.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	switch {
 	case errors.Is(err, flag.ErrHelp):

@@ -1,4 +1,4 @@
-package kvnode
+package faultctl
 
 import (
 	"net/netip"

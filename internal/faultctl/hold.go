@@ -1,4 +1,4 @@
-package kvnode
+package faultctl
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// This file is the machinery of Node.Hold and Node.Release: a pause of one
+// This file is the machinery of Control.Hold and Control.Release: a pause of one
 // write at the worst moment, after the node has taken the lease's token and
 // passed the partition's gate, before it sends the write to the database.
 // A demo or test holds a write there, lets the partition move (pause the
@@ -81,32 +81,4 @@ func (s *holdSet) release(p uint32) {
 		close(h.release)
 		delete(s.holds, p)
 	}
-}
-
-// Hold makes the next write to partition p wait, after it has passed the
-// partition's gate with its lease's token and before it reaches the
-// database, until Release(p) or the node stops. Released, it goes on even
-// if its lease ended meanwhile, as a write already on the wire would: only
-// the fence can stop it. It needs Config.FaultControl.
-func (n *Node) Hold(p uint32) error {
-	if n.holds == nil {
-		return errNoFaultControl
-	}
-	n.holds.arm(p)
-	n.log.Warn("fault control: hold the next write", "partition", p)
-	return nil
-}
-
-// Holding reports whether a write waits at partition p's hold.
-func (n *Node) Holding(p uint32) bool { return n.holds != nil && n.holds.waiting(p) }
-
-// Release lets the write held at partition p go on. It needs
-// Config.FaultControl.
-func (n *Node) Release(p uint32) error {
-	if n.holds == nil {
-		return errNoFaultControl
-	}
-	n.holds.release(p)
-	n.log.Warn("fault control: release the held write", "partition", p)
-	return nil
 }

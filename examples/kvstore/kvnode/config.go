@@ -1,15 +1,21 @@
 package kvnode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/ownership"
 )
 
 // Config configures a node. The flags of Main fill one.
@@ -26,7 +32,7 @@ type Config struct {
 	// Port 0 picks a free port. Default "127.0.0.1:7947".
 	GRPCAddr string
 	// StatusAddr is where the HTTP status server listens (status page,
-	// /metrics, /kv/stats, and /debug/cut with FaultControl), host:port.
+	// /metrics, /kv/stats, and StatusHandlers), host:port.
 	// Empty: no status server.
 	StatusAddr string
 	// Seeds are gossip addresses of nodes to join. Start fails if none
@@ -51,11 +57,28 @@ type Config struct {
 	// (the zero Config), coordinator.LANConfig() is used.
 	Coordinator coordinator.Config
 
-	// FaultControl turns on Node.Cut and POST /debug/cut on the status
-	// server, which cut this node off from chosen peers (see Node.Cut).
-	// For tests and demos only: anyone who reaches the status server can
-	// partition the cluster.
-	FaultControl bool
+	// DialOptions are added to the options of the connections this node
+	// makes to the others (its router's): TLS credentials, a dialer.
+	// Default: none (plain TCP, keepalive on).
+	DialOptions []grpc.DialOption
+	// StatusHandlers are served on the status server beside its own pages,
+	// each under its pattern (http.ServeMux syntax, e.g. "POST /debug/x").
+	// Default: none.
+	StatusHandlers map[string]http.Handler
+	// WriteHook, when set, is called by the owner for every write after it
+	// entered the partition's gate and before its fenced transaction, with
+	// the lease's token; the write then runs under the context it returns,
+	// and the returned function is called when the write is done. It is for
+	// fault injection in tests and demos (holding a write at the worst
+	// moment); leave it nil otherwise.
+	WriteHook func(ctx context.Context, t ownership.Token) (context.Context, func())
+
+	// DrainQuiet and DrainTimeout bound how long Leave keeps serving after
+	// the node's partitions are handed off: until no client's call has
+	// arrived for DrainQuiet (the callers have moved to other nodes, told
+	// by the health service's NOT_SERVING), and at most DrainTimeout.
+	// Defaults 300 ms and 5 s.
+	DrainQuiet, DrainTimeout time.Duration
 
 	// Logger receives the node's and the coordinator's logs. Default:
 	// discard.
@@ -76,11 +99,20 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Coordinator.Memberlist == nil {
 		c.Coordinator = coordinator.LANConfig()
 	}
+	if c.DrainQuiet == 0 {
+		c.DrainQuiet = 300 * time.Millisecond
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 5 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if c.Name == "" {
 		return c, errors.New("kvnode: Config.Name is empty")
+	}
+	if c.DrainQuiet < 0 || c.DrainTimeout < 0 {
+		return c, errors.New("kvnode: Config.DrainQuiet and DrainTimeout must not be negative")
 	}
 	if _, _, err := splitHostPort(c.GossipAddr); err != nil {
 		return c, fmt.Errorf("kvnode: Config.GossipAddr: %w", err)

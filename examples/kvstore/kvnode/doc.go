@@ -22,9 +22,16 @@
 //   - On a handoff (a graceful Leave, a join) the old owner's release
 //     waits for its writes in flight, so the new owner's fence rejects
 //     none of them.
+//   - A write may carry a request id (transport.WithRequestID): the fenced
+//     transaction records it (sqlfence.Requests, table kv_requests) and a
+//     duplicate is answered with the first write's response, so clients
+//     and routers may retry a Put whose outcome was unknown.
+//   - A graceful Leave fails no call: health answers NOT_SERVING first,
+//     the partitions are handed off while the node goes on serving and
+//     forwarding, and it stops once its clients have moved (DrainQuiet).
 //   - A status server (optional) serves the coordinator's status page,
-//     Prometheus metrics, the node's counters (/kv/stats) and, with
-//     FaultControl, POST /debug/cut (Node.Cut).
+//     Prometheus metrics, the node's counters (/kv/stats) and any
+//     Config.StatusHandlers.
 //
 // # Database
 //
@@ -34,11 +41,14 @@
 //
 //	tenure_partitions  the fence: each partition's highest token
 //	kv                 key TEXT PRIMARY KEY, value, partition, epoch
-//	kv_log             every write applied: id, its token, key, value, and the
-//	                   partition's mark as its transaction saw it
+//	kv_log             every write applied: id, its token, key, value, its request
+//	                   id, and the partition's mark as its transaction saw it
+//	kv_requests        the request ids applied, with the first response
+//	                   (sqlfence.Requests)
 //
 // VerifyLog checks from kv_log that no write under a stale token was ever
-// applied: each record's mark must be its own token.
+// applied: each record's mark must be its own token. CountDuplicates
+// counts the writes applied more than once.
 //
 // # Flags of Main (and of the kvstore command)
 //
@@ -52,7 +62,6 @@
 //	-dsn DSN              PostgreSQL DSN, used instead of -data
 //	-preset local|lan     coordinator timings (default lan)
 //	-partitions N         partitions of the key space (default 271)
-//	-fault-control        serve POST /debug/cut (tests and demos only)
 //
 // Once serving, Main writes one line to stdout (see Ready) and nothing
 // else; logs go to stderr.

@@ -33,7 +33,7 @@ func Example() {
 		GossipAddr:  "127.0.0.1:0",
 		GRPCAddr:    "127.0.0.1:0",
 		DataPath:    filepath.Join(dir, "kv.db"),
-		Coordinator: coordinator.LocalConfig(),
+		Coordinator: smallConfig(),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -62,4 +62,12 @@ func Example() {
 	// put.GetEpoch() is the epoch of n1's lease the write committed under.
 	fmt.Printf("written by %s; read %q\n", put.GetOwner(), get.GetValue())
 	// Output: written by n1; read "hello"
+}
+
+// smallConfig is the local preset with a small ring, so the example
+// converges fast however loaded the machine is.
+func smallConfig() coordinator.Config {
+	cfg := coordinator.LocalConfig()
+	cfg.Ring.Partitions = 16
+	return cfg
 }

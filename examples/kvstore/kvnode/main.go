@@ -33,14 +33,30 @@ type Ready struct {
 }
 
 // Main runs a node as the kvstore command does: it parses the flags in
-// args, starts the node, writes one Ready line to stdout, and runs until
-// ctx ends; then it leaves the cluster (handing its partitions off) and
-// returns nil once everything has stopped. Logs go to stderr. The
-// environment variable TENURE_GOSSIP_KEY is read when -gossip-key is
-// empty.
+// args (Flags), logs to stderr, and runs the node (Run). The environment
+// variable TENURE_GOSSIP_KEY is read when -gossip-key is empty.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvstore", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	config := Flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("kvnode: unexpected arguments %q", fs.Args())
+	}
+	cfg, err := config()
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	return Run(ctx, cfg, stdout, nil)
+}
+
+// Flags defines the node's flags (see the package doc) on fs and returns
+// the function that builds the Config from them once fs is parsed. A
+// command may define flags of its own on fs beside them.
+func Flags(fs *flag.FlagSet) func() (Config, error) {
 	name := fs.String("name", "", "node name, unique in the cluster (required)")
 	gossip := fs.String("gossip", "127.0.0.1:7946", "gossip bind address host:port (UDP and TCP; port 0 picks one)")
 	grpcAddr := fs.String("grpc", "127.0.0.1:7947", "gRPC address host:port other nodes and clients dial (port 0 picks one)")
@@ -51,48 +67,51 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dsn := fs.String("dsn", "", "PostgreSQL DSN; when set, used instead of -data")
 	preset := fs.String("preset", "lan", "coordinator timings: local (one machine, fast) or lan")
 	partitions := fs.Int("partitions", ring.DefaultConfig().Partitions, "partitions of the key space (the same on every node)")
-	faultControl := fs.Bool("fault-control", false, "serve POST /debug/cut?peers=... on the status server (tests and demos only)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("kvnode: unexpected arguments %q", fs.Args())
-	}
-
-	cfg := Config{
-		Name:         *name,
-		GossipAddr:   *gossip,
-		GRPCAddr:     *grpcAddr,
-		StatusAddr:   *status,
-		Seeds:        splitPeers(*seeds),
-		DataPath:     *data,
-		DSN:          *dsn,
-		FaultControl: *faultControl,
-		Logger:       slog.New(slog.NewTextHandler(stderr, nil)),
-	}
-	if *gossipKey == "" {
-		*gossipKey = os.Getenv("TENURE_GOSSIP_KEY")
-	}
-	if *gossipKey != "" {
-		key, err := base64.StdEncoding.DecodeString(*gossipKey)
-		if err != nil {
-			return fmt.Errorf("kvnode: -gossip-key: %w", err)
+	return func() (Config, error) {
+		cfg := Config{
+			Name:       *name,
+			GossipAddr: *gossip,
+			GRPCAddr:   *grpcAddr,
+			StatusAddr: *status,
+			Seeds:      splitPeers(*seeds),
+			DataPath:   *data,
+			DSN:        *dsn,
 		}
-		cfg.GossipKey = key
+		key := *gossipKey
+		if key == "" {
+			key = os.Getenv("TENURE_GOSSIP_KEY")
+		}
+		if key != "" {
+			b, err := base64.StdEncoding.DecodeString(key)
+			if err != nil {
+				return cfg, fmt.Errorf("kvnode: -gossip-key: %w", err)
+			}
+			cfg.GossipKey = b
+		}
+		switch *preset {
+		case "local":
+			cfg.Coordinator = coordinator.LocalConfig()
+		case "lan":
+			cfg.Coordinator = coordinator.LANConfig()
+		default:
+			return cfg, fmt.Errorf("kvnode: -preset %q: want local or lan", *preset)
+		}
+		cfg.Coordinator.Ring.Partitions = *partitions
+		return cfg, nil
 	}
-	switch *preset {
-	case "local":
-		cfg.Coordinator = coordinator.LocalConfig()
-	case "lan":
-		cfg.Coordinator = coordinator.LANConfig()
-	default:
-		return fmt.Errorf("kvnode: -preset %q: want local or lan", *preset)
-	}
-	cfg.Coordinator.Ring.Partitions = *partitions
+}
 
+// Run starts a node for cfg, calls started (if not nil) with it, writes one
+// Ready line to stdout, and serves until ctx ends; then it leaves the
+// cluster (handing its partitions off, serving until its callers have
+// moved) and returns nil once everything has stopped.
+func Run(ctx context.Context, cfg Config, stdout io.Writer, started func(*Node)) error {
 	node, err := Start(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if started != nil {
+		started(node)
 	}
 	err = json.NewEncoder(stdout).Encode(Ready{
 		Event: "ready", Name: cfg.Name,
@@ -104,12 +123,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	<-ctx.Done()
-	cfg.Logger.Info("leaving", "node", cfg.Name)
+	node.log.Info("leaving")
 	lctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
 	if err := node.Leave(lctx); err != nil && !errors.Is(err, coordinator.ErrClosed) {
 		return fmt.Errorf("kvnode: leave: %w", err)
 	}
-	cfg.Logger.Info("stopped", "node", cfg.Name)
+	node.log.Info("stopped")
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/coordinator/gate"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
@@ -45,37 +45,34 @@ type Node struct {
 	health *routing.Health
 	grpc   *grpc.Server
 	status *http.Server
-	cut    *cutSet       // nil without Config.FaultControl
-	holds  *holdSet      // nil without Config.FaultControl
-	gossip *cutTransport // with Config.FaultControl; memberlist shuts it down
+	reqs   *sqlfence.Requests // the request ids of the writes applied
 
 	grpcLis, statusLis   net.Listener
 	grpcAddr, statusAddr string
 
-	// gates hold off a partition's Release until its writes in flight have
-	// finished (the drain that makes a handoff reject nothing).
-	gates []gate
+	// gate holds off a partition's Release until its writes in flight
+	// have finished (the drain that makes a handoff reject nothing).
+	gate  *gate.Gate
 	stats counters
+	// lastCall is when the last client's call arrived (Unix nanoseconds):
+	// Leave serves until the clients have moved.
+	lastCall atomic.Int64
 
 	serving sync.WaitGroup // the servers' Serve goroutines
 	once    sync.Once
 }
 
-// gate is one partition's drain: writes hold it shared, under the token of
-// the lease that opened it (zero: closed).
-type gate struct {
-	mu    sync.RWMutex
-	token ownership.Token
-}
-
 type counters struct {
-	putsApplied, gets, staleRejected, forwarded atomic.Uint64
+	putsApplied, duplicates, gets, staleRejected, forwarded atomic.Uint64
 }
 
 // Stats are a node's counters since Start, as /kv/stats serves them.
 type Stats struct {
 	// PutsApplied counts writes this node committed as the key's owner.
 	PutsApplied uint64 `json:"puts_applied"`
+	// Duplicates counts writes this node answered with the first outcome
+	// of their request id instead of applying them again.
+	Duplicates uint64 `json:"duplicates"`
 	// Gets counts reads this node served as the key's owner.
 	Gets uint64 `json:"gets"`
 	// StaleRejected counts writes the SQL fence refused because a newer
@@ -110,7 +107,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.fence, err = sqlfence.New(n.db, d, sqlfence.Config{}); err != nil {
 		return nil, err
 	}
-	if err = createSchema(ctx, n.db, d, n.fence); err != nil {
+	if n.reqs, err = sqlfence.NewRequests(d, sqlfence.RequestsConfig{Table: requestsTable}); err != nil {
+		return nil, err
+	}
+	if err = createSchema(ctx, n.db, d, n.fence, n.reqs); err != nil {
 		return nil, err
 	}
 
@@ -137,14 +137,19 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// for the calls it serves as owner.
 	ka := transport.DefaultKeepalive()
 	dial := append(ka.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if n.cut != nil {
-		dial = append(dial, grpc.WithContextDialer(n.cut.dial))
-	}
-	if n.router, err = routing.NewRouter(routing.RouterConfig{Owners: n.c, Membership: n.c, DialOptions: dial}); err != nil {
+	n.router, err = routing.NewRouter(routing.RouterConfig{
+		Owners:      n.c,
+		Membership:  n.c,
+		DialOptions: append(dial, cfg.DialOptions...),
+		// A Get may run twice; a Put only with a request id (which the
+		// router sees in the call's metadata).
+		Idempotent: func(method string) bool { return method == kvpb.KV_Get_FullMethodName },
+	})
+	if err != nil {
 		return nil, err
 	}
 	n.client = kvpb.NewKVClient(n.router)
-	guard, err := routing.NewGuard(routing.GuardConfig{Leases: n.c, Stale: n.c})
+	guard, err := routing.NewGuard(routing.GuardConfig{Leases: n.c, Stale: n.c, RequestKey: requestKey})
 	if err != nil {
 		return nil, err
 	}
@@ -190,18 +195,7 @@ func (n *Node) newCoordinator() (*coordinator.Coordinator, error) {
 	if cc.Ring == (ring.Config{}) {
 		partitions = ring.DefaultConfig().Partitions // the coordinator's default
 	}
-	n.gates = make([]gate, partitions)
-	if n.cfg.FaultControl {
-		n.cut = newCutSet()
-		n.holds = newHoldSet()
-		var err error
-		if n.gossip, err = newCutTransport(host, port, n.cut, n.log); err != nil {
-			return nil, err
-		}
-		ml := *cc.Memberlist // a copy: the caller's preset is not changed
-		ml.Transport = n.gossip
-		cc.Memberlist = &ml
-	}
+	n.gate = gate.New(partitions)
 	return coordinator.New(cc)
 }
 
@@ -220,38 +214,50 @@ func (n *Node) serve(fn func() error) {
 // write under an older token can commit. It opens the partition's gate
 // to writes under this lease.
 func (n *Node) acquire(_ context.Context, l *ownership.Lease) error {
-	g := &n.gates[l.Partition()]
-	g.mu.Lock()
-	g.token = l.Token()
-	g.mu.Unlock()
-	return nil
+	return n.gate.Open(l)
 }
 
-// release is called when the partition moves away: it closes the gate,
-// which waits for the writes in flight to commit, so the next owner's
-// fence rejects none of them. The coordinator cancels the lease (and so
-// any write still waiting) if this takes longer than its ReleaseTimeout.
-func (n *Node) release(_ context.Context, l *ownership.Lease) error {
-	g := &n.gates[l.Partition()]
-	g.mu.Lock()
-	if g.token.Same(l.Token()) { // a late release must not close a newer lease's gate
-		g.token = ownership.Token{}
-	}
-	g.mu.Unlock()
-	return nil
+// release is called for every lease that ends: before it ends when the
+// partition moves away (a planned move), after it ended when it was lost.
+// It closes the gate and waits for the writes in flight to finish, so the
+// next owner's fence rejects none of them. The coordinator cancels the
+// lease (and so any write still waiting) if this takes longer than its
+// ReleaseTimeout.
+func (n *Node) release(ctx context.Context, l *ownership.Lease) error {
+	return n.gate.Close(ctx, l)
 }
 
 // Leave hands this node's partitions off to the others (each partition's
-// writes in flight finish first), leaves the cluster, then stops serving
-// and closes the database. If ctx ends first, the remaining leases are
-// revoked as in Close and ctx's error is returned.
+// writes in flight finish first) and leaves the cluster, while the node
+// keeps serving: its health service answers NOT_SERVING from the start, so
+// clients move to other nodes, and the calls that still arrive are
+// forwarded to the new owners. Once no client's call has arrived for
+// Config.DrainQuiet (at most Config.DrainTimeout), it stops serving and
+// closes the database. If ctx ends first, the remaining leases are revoked
+// as in Close and ctx's error is returned.
 func (n *Node) Leave(ctx context.Context) error {
 	err := coordinator.ErrClosed
 	n.once.Do(func() {
 		err = n.c.Leave(ctx)
+		n.drain(ctx)
 		n.stop(true)
 	})
 	return err
+}
+
+// drain waits until no client's call has arrived for DrainQuiet, at most
+// DrainTimeout or until ctx ends.
+func (n *Node) drain(ctx context.Context) {
+	deadline := time.Now().Add(n.cfg.DrainTimeout)
+	tick := time.NewTicker(n.cfg.DrainQuiet / 4)
+	defer tick.Stop()
+	for time.Since(time.Unix(0, n.lastCall.Load())) < n.cfg.DrainQuiet && time.Now().Before(deadline) {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Close stops the node at once, as a crash looks to the others: no
@@ -268,14 +274,8 @@ func (n *Node) Close() error {
 // stop stops serving and closes everything Start opened, in reverse order.
 // graceful lets calls in flight finish, within stopTimeout.
 func (n *Node) stop(graceful bool) {
-	if n.holds != nil {
-		n.holds.close()
-	}
 	if n.c != nil {
 		n.c.Close() // after Leave, a no-op
-	}
-	if n.gossip != nil {
-		n.gossip.Shutdown() // memberlist's Shutdown did it, unless Start failed first
 	}
 	if n.grpc != nil {
 		if graceful {
@@ -337,43 +337,9 @@ func (n *Node) StatusAddr() string { return n.statusAddr }
 func (n *Node) Stats() Stats {
 	return Stats{
 		PutsApplied:   n.stats.putsApplied.Load(),
+		Duplicates:    n.stats.duplicates.Load(),
 		Gets:          n.stats.gets.Load(),
 		StaleRejected: n.stats.staleRejected.Load(),
 		Forwarded:     n.stats.forwarded.Load(),
 	}
-}
-
-// Cut cuts this node off from the peers at the given gossip addresses
-// (ip:port), replacing any earlier cut; no peers heals it. It needs
-// Config.FaultControl. From then on the node drops the gossip packets to
-// and from those peers, fails its gossip dials to them, and its router
-// refuses to connect to their gRPC addresses (as the members' metadata
-// gave them when Cut was called). The cut lives in the node's own
-// transport, not in the kernel: accepted gossip streams and inbound gRPC
-// calls can't be attributed to a peer and pass, so cut both ends of a
-// link. Heal, and the coordinators re-join each other within their
-// RejoinInterval.
-func (n *Node) Cut(peers []string) error {
-	if n.cut == nil {
-		return errNoFaultControl
-	}
-	gossip := make([]netip.AddrPort, 0, len(peers))
-	cut := map[netip.AddrPort]bool{}
-	for _, p := range peers {
-		a, err := parseGossipAddr(p)
-		if err != nil {
-			return err
-		}
-		gossip = append(gossip, a)
-		cut[a] = true
-	}
-	var service []string
-	for _, m := range n.c.Members() {
-		if a, err := parseGossipAddr(m.GossipAddr); err == nil && cut[a] && m.ServiceAddr != "" {
-			service = append(service, m.ServiceAddr)
-		}
-	}
-	n.cut.set(gossip, service)
-	n.log.Warn("fault control: cut", "gossip", peers, "grpc", service)
-	return nil
 }

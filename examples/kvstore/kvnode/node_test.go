@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -147,82 +146,6 @@ func TestStaleWriteRejected(t *testing.T) {
 	}
 }
 
-// A 2|1 cut through fault control splits the cluster; the majority keeps
-// serving; after the heal the coordinators re-join and every partition has
-// one owner again.
-func TestCutAndHeal(t *testing.T) {
-	db := sqliteDatabase(t)
-	var cfgs []kvnode.Config
-	for i := range 3 {
-		cfg := testConfig(fmt.Sprintf("n%d", i), db)
-		cfg.FaultControl = true
-		cfgs = append(cfgs, cfg)
-	}
-	nodes := startCluster(t, cfgs...)
-	majority, minority := nodes[:2], nodes[2]
-	resp, err := http.Post("http://"+minority.StatusAddr()+"/debug/cut?peers=not-an-address", "text/plain", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("POST /debug/cut with a bad address: %s, want 400", resp.Status)
-	}
-
-	// Cut n2 off: on n2 through its status server, on the others directly.
-	postCut(t, minority, majority[0].GossipAddr(), majority[1].GossipAddr())
-	for _, n := range majority {
-		if err := n.Cut([]string{minority.GossipAddr()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, 20*time.Second, "the sides to lose sight of each other", func() bool {
-		return len(majority[0].Coordinator().Members()) == 2 && len(majority[1].Coordinator().Members()) == 2 &&
-			len(minority.Coordinator().Members()) == 1
-	})
-	waitConverged(t, majority, 20*time.Second)
-
-	// The majority owns every partition and serves every key.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	kv := client(t, majority[0].GRPCAddr())
-	for i := range 10 {
-		if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: fmt.Sprintf("split-%d", i), Value: []byte("v")}); err != nil {
-			t.Fatalf("put during the split: %v", err)
-		}
-	}
-
-	// Heal.
-	postCut(t, minority)
-	for _, n := range majority {
-		if err := n.Cut(nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitConverged(t, nodes, 30*time.Second)
-	if _, err := client(t, minority.GRPCAddr()).Put(ctx, &kvpb.PutRequest{Key: "healed", Value: []byte("v")}); err != nil {
-		t.Fatalf("put after the heal: %v", err)
-	}
-	rows, violations, err := kvnode.VerifyLog(ctx, db.open(t), "")
-	if err != nil || rows != 11 || violations != 0 {
-		t.Errorf("VerifyLog = %d rows, %d violations, %v; want 11, 0", rows, violations, err)
-	}
-}
-
-// postCut sets n's cut through its status server.
-func postCut(t *testing.T, n *kvnode.Node, peers ...string) {
-	t.Helper()
-	resp, err := http.Post("http://"+n.StatusAddr()+"/debug/cut?peers="+url.QueryEscape(strings.Join(peers, ",")), "text/plain", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /debug/cut on %s: %s: %s", n.StatusAddr(), resp.Status, body)
-	}
-}
-
 // Main runs a node from flags, announces it on stdout, serves, and leaves
 // when its context ends.
 func TestMainServesAndLeaves(t *testing.T) {
@@ -282,14 +205,6 @@ func TestMainServesAndLeaves(t *testing.T) {
 	if err != nil || stats.PutsApplied != 1 || stats.Gets != 1 {
 		t.Errorf("/kv/stats = %+v, %v", stats, err)
 	}
-	resp, err = http.Post("http://"+ready.Status+"/debug/cut?peers=127.0.0.1:1", "text/plain", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("POST /debug/cut without -fault-control: %s, want 404", resp.Status)
-	}
 
 	cancel()
 	select {
@@ -344,63 +259,6 @@ func TestOpenDBIdleInTransactionTimeout(t *testing.T) {
 	}
 }
 
-// A write held after the gate (fault control) while a newer owner fences
-// its partition meets the fence when released: refused, counted, logged
-// nowhere. VerifyLog reads only the records of its key prefix.
-func TestHeldWriteMeetsTheFence(t *testing.T) {
-	db := sqliteDatabase(t)
-	cfg := testConfig("n0", db)
-	cfg.FaultControl = true
-	nodes := startCluster(t, cfg)
-	n := nodes[0]
-	kv := client(t, n.GRPCAddr())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: "run1/a", Value: []byte("1")}); err != nil {
-		t.Fatal(err)
-	}
-	lease, err := n.Coordinator().Lease([]byte("run1/a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := lease.Partition()
-	if err := n.Hold(p); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
-		defer pcancel()
-		_, err := kv.Put(pctx, &kvpb.PutRequest{Key: "run1/a", Value: []byte("2")})
-		done <- err
-	}()
-	waitFor(t, 10*time.Second, "the write to wait at the hold", func() bool { return n.Holding(p) })
-
-	sqldb := fenceAbove(ctx, t, db, lease.Token())
-	if err := n.Release(p); err != nil {
-		t.Fatal(err)
-	}
-	// The router may retry the refused write and succeed once n0 has
-	// claimed the partition again above the intruder (after the grace
-	// period): then under a new epoch, and logged once.
-	applied := 1
-	if err := <-done; err == nil {
-		applied++
-	}
-	if s := n.Stats(); s.StaleRejected != 1 {
-		t.Errorf("stats %+v: want 1 stale write rejected", s)
-	}
-	for _, c := range []struct {
-		prefix string
-		rows   int
-	}{{"", applied}, {"run1/", applied}, {"run2/", 0}} {
-		rows, violations, err := kvnode.VerifyLog(ctx, sqldb, c.prefix)
-		if err != nil || rows != c.rows || violations != 0 {
-			t.Errorf("VerifyLog(%q) = %d rows, %d violations, %v; want %d, 0", c.prefix, rows, violations, err, c.rows)
-		}
-	}
-}
-
 // A database whose kv_log predates the mark columns is refused at start
 // with a message that says what to do.
 func TestOldSchemaRefused(t *testing.T) {
@@ -417,7 +275,7 @@ func TestOldSchemaRefused(t *testing.T) {
 		n.Close()
 		t.Fatal("Start accepted a kv_log without the mark columns")
 	}
-	if !strings.Contains(err.Error(), "predates the mark columns") {
-		t.Errorf("Start: %v; want it to say the table predates the mark columns", err)
+	if !strings.Contains(err.Error(), "predates the mark and request id columns") {
+		t.Errorf("Start: %v; want it to say the table predates the mark and request id columns", err)
 	}
 }

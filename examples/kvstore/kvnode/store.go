@@ -90,7 +90,8 @@ func schema(d sqlfence.Dialect) []string {
 	value ` + blob + ` NOT NULL,
 	mark_epoch BIGINT,
 	mark_owner TEXT,
-	mark_incarnation TEXT
+	mark_incarnation TEXT,
+	request_id TEXT
 )`,
 	}
 }
@@ -98,7 +99,7 @@ func schema(d sqlfence.Dialect) []string {
 // createSchema creates the fence table and the application's tables. Nodes
 // starting together may race to create them on PostgreSQL, where one of
 // two concurrent CREATE TABLE IF NOT EXISTS can fail: it tries a few times.
-func createSchema(ctx context.Context, db *sql.DB, d sqlfence.Dialect, f *sqlfence.Fence) error {
+func createSchema(ctx context.Context, db *sql.DB, d sqlfence.Dialect, f *sqlfence.Fence, reqs *sqlfence.Requests) error {
 	var err error
 	for attempt := range 5 {
 		if attempt > 0 {
@@ -109,6 +110,9 @@ func createSchema(ctx context.Context, db *sql.DB, d sqlfence.Dialect, f *sqlfen
 			}
 		}
 		if err = f.CreateSchema(ctx); err != nil {
+			continue
+		}
+		if err = reqs.CreateSchema(ctx, db); err != nil {
 			continue
 		}
 		for _, stmt := range schema(d) {
@@ -125,8 +129,8 @@ func createSchema(ctx context.Context, db *sql.DB, d sqlfence.Dialect, f *sqlfen
 	}
 	// CREATE TABLE IF NOT EXISTS leaves a kv_log from an older kvstore as it
 	// was: say so now rather than fail every write.
-	if _, err := db.ExecContext(ctx, `SELECT mark_epoch, mark_owner, mark_incarnation FROM kv_log WHERE 1 = 0`); err != nil {
-		return fmt.Errorf("kvnode: table kv_log predates the mark columns (drop kv and kv_log, or use a new database): %w", err)
+	if _, err := db.ExecContext(ctx, `SELECT mark_epoch, mark_owner, mark_incarnation, request_id FROM kv_log WHERE 1 = 0`); err != nil {
+		return fmt.Errorf("kvnode: table kv_log predates the mark and request id columns (drop kv and kv_log, or use a new database): %w", err)
 	}
 	return nil
 }
@@ -137,25 +141,33 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value, partition = excluded.par
 	// The log record also keeps the partition's mark as this transaction
 	// sees it, read from the fence table: the fence's own state, for
 	// VerifyLog to check against the record's token.
-	appendLog = `INSERT INTO kv_log (partition, epoch, owner, incarnation, key, value, mark_epoch, mark_owner, mark_incarnation)
-VALUES ($1, $2, $3, $4, $5, $6,
+	appendLog = `INSERT INTO kv_log (partition, epoch, owner, incarnation, key, value, request_id, mark_epoch, mark_owner, mark_incarnation)
+VALUES ($1, $2, $3, $4, $5, $6, $7,
 	(SELECT epoch FROM ` + sqlfence.DefaultTable + ` WHERE partition_id = $1),
 	(SELECT owner FROM ` + sqlfence.DefaultTable + ` WHERE partition_id = $1),
 	(SELECT incarnation FROM ` + sqlfence.DefaultTable + ` WHERE partition_id = $1))`
 	selectKV = `SELECT value FROM kv WHERE key = $1`
 )
 
+// requestsTable records the request ids of the writes applied
+// (sqlfence.Requests).
+const requestsTable = "kv_requests"
+
 // put writes key = value and its log record in tx, the fenced transaction
-// of the lease whose token is t.
-func put(ctx context.Context, tx *sql.Tx, t ownership.Token, key string, value []byte) error {
+// of the lease whose token is t, for request id (may be empty).
+func put(ctx context.Context, tx *sql.Tx, t ownership.Token, id, key string, value []byte) error {
 	if value == nil {
 		value = []byte{} // NOT NULL: an empty value is still a value
 	}
 	if _, err := tx.ExecContext(ctx, upsertKV, key, value, int64(t.Partition), int64(t.Epoch)); err != nil {
 		return fmt.Errorf("kvnode: write %q: %w", key, err)
 	}
+	var reqID sql.NullString
+	if id != "" {
+		reqID = sql.NullString{String: id, Valid: true}
+	}
 	if _, err := tx.ExecContext(ctx, appendLog, int64(t.Partition), int64(t.Epoch), t.Owner,
-		fmt.Sprintf("%016x", t.Incarnation), key, value); err != nil {
+		fmt.Sprintf("%016x", t.Incarnation), key, value, reqID); err != nil {
 		return fmt.Errorf("kvnode: log write of %q: %w", key, err)
 	}
 	return nil
@@ -230,4 +242,41 @@ func getValue(ctx context.Context, db *sql.DB, key string) (value []byte, found 
 		return nil, false, fmt.Errorf("kvnode: read %q: %w", key, err)
 	}
 	return value, true, nil
+}
+
+// CountDuplicates counts the writes of a kvstore database's log (table
+// kv_log) that were applied more than once: every record beyond the first
+// of a request id, or, for writes without one, of a (key, value) pair
+// (writers that never write a value twice to a key, as the demo's and the
+// tests' do, see every repeat as a duplicate). Only the records of keys
+// that start with keyPrefix are read. rows is the number read.
+func CountDuplicates(ctx context.Context, db *sql.DB, keyPrefix string) (rows, duplicates int, err error) {
+	rs, err := db.QueryContext(ctx, `SELECT key, value, COALESCE(request_id, '') FROM kv_log WHERE substr(key, 1, $1) = $2`, len(keyPrefix), keyPrefix)
+	if err != nil {
+		return 0, 0, fmt.Errorf("kvnode: read kv_log: %w", err)
+	}
+	defer rs.Close()
+	ids, writes := map[string]bool{}, map[[2]string]bool{}
+	for rs.Next() {
+		rows++
+		var key, id string
+		var value []byte
+		if err := rs.Scan(&key, &value, &id); err != nil {
+			return rows, duplicates, fmt.Errorf("kvnode: read kv_log: %w", err)
+		}
+		seen := false
+		if id != "" {
+			seen, ids[id] = ids[id], true
+		} else {
+			w := [2]string{key, string(value)}
+			seen, writes[w] = writes[w], true
+		}
+		if seen {
+			duplicates++
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return rows, duplicates, fmt.Errorf("kvnode: read kv_log: %w", err)
+	}
+	return rows, duplicates, nil
 }

@@ -31,10 +31,19 @@ const (
 // key: a node that does not own the key's partition forwards the call to
 // the owner, which applies it under its lease's fencing token.
 //
-// Errors: UNAVAILABLE while the key's partition has no ready owner (a
-// handoff or a failover; retry after a pause), INVALID_ARGUMENT for an
-// empty key or one longer than 4096 bytes, DEADLINE_EXCEEDED when the
-// cluster did not re-own the partition within the call's deadline.
+// Errors:
+//   - UNAVAILABLE: the key's partition had no ready owner (a handoff or a
+//     failover) and nothing was applied; retry after a pause.
+//   - UNKNOWN with a google.rpc.ErrorInfo detail of domain "tenure" and
+//     reason OUTCOME_UNKNOWN: the write may have been applied (its owner
+//     failed or left with it in flight, its commit's answer was lost).
+//     Retrying it may apply it twice, unless the call carries a request id
+//     (metadata "tenure-request-id", the same on every retry): then a retry
+//     is answered with the first write's response.
+//   - DEADLINE_EXCEEDED: the cluster did not re-own the partition within the
+//     call's deadline, before the write was sent to an owner.
+//   - INVALID_ARGUMENT: an empty key, one longer than 4096 bytes, or a
+//     malformed request id.
 type KVClient interface {
 	// Put stores value under key. It returns once the write has committed,
 	// with the token it committed under.
@@ -79,10 +88,19 @@ func (c *kVClient) Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOpt
 // key: a node that does not own the key's partition forwards the call to
 // the owner, which applies it under its lease's fencing token.
 //
-// Errors: UNAVAILABLE while the key's partition has no ready owner (a
-// handoff or a failover; retry after a pause), INVALID_ARGUMENT for an
-// empty key or one longer than 4096 bytes, DEADLINE_EXCEEDED when the
-// cluster did not re-own the partition within the call's deadline.
+// Errors:
+//   - UNAVAILABLE: the key's partition had no ready owner (a handoff or a
+//     failover) and nothing was applied; retry after a pause.
+//   - UNKNOWN with a google.rpc.ErrorInfo detail of domain "tenure" and
+//     reason OUTCOME_UNKNOWN: the write may have been applied (its owner
+//     failed or left with it in flight, its commit's answer was lost).
+//     Retrying it may apply it twice, unless the call carries a request id
+//     (metadata "tenure-request-id", the same on every retry): then a retry
+//     is answered with the first write's response.
+//   - DEADLINE_EXCEEDED: the cluster did not re-own the partition within the
+//     call's deadline, before the write was sent to an owner.
+//   - INVALID_ARGUMENT: an empty key, one longer than 4096 bytes, or a
+//     malformed request id.
 type KVServer interface {
 	// Put stores value under key. It returns once the write has committed,
 	// with the token it committed under.
