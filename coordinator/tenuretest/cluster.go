@@ -334,7 +334,7 @@ func (cl *Cluster) WaitConverged(ctx context.Context, names ...string) error {
 	}
 	want := slices.Sorted(slices.Values(names))
 	var why error
-	err := poll(ctx, func() bool {
+	err := Poll(ctx, func() bool {
 		why = cl.converged(want)
 		return why == nil
 	})
@@ -375,7 +375,7 @@ func (cl *Cluster) converged(want []string) error {
 // on it, or ctx's error.
 func (cl *Cluster) OwnerOf(ctx context.Context, key []byte) (string, error) {
 	var owner string
-	err := poll(ctx, func() bool {
+	err := Poll(ctx, func() bool {
 		owner = ""
 		for i, name := range cl.Live() {
 			o, err := cl.Node(name).Owner(key)
@@ -397,8 +397,9 @@ func (cl *Cluster) OwnerOf(ctx context.Context, key []byte) (string, error) {
 	return owner, nil
 }
 
-// poll checks cond every 10 ms until it holds or ctx ends.
-func poll(ctx context.Context, cond func() bool) error {
+// Poll checks cond every 10 ms until it holds, or returns ctx's error:
+// the wait for a condition that tests use instead of sleeping.
+func Poll(ctx context.Context, cond func() bool) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
