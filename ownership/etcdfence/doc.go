@@ -43,6 +43,11 @@
 // Authority.Claim gives each epoch to one node, densely and in real-time
 // order, etcd's transactions being linearizable.
 //
+// The package's TestChaos is the chaos suite's etcd run (coordinators
+// with this authority and fence over a fault network, histories checked
+// with internal/chaos's porcupine model, S4 on the claims, a control run
+// without the check that must be caught).
+//
 // The package works with etcd 3.4 and later servers (it needs nested
 // transactions only if the caller passes clientv3.OpTxn).
 package etcdfence
