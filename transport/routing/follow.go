@@ -72,7 +72,17 @@ func (r *Router) check() {
 	for a := range r.inflight {
 		attempts = append(attempts, a)
 	}
+	waiters := make([]*waiter, 0, len(r.waiting))
+	for w := range r.waiting {
+		waiters = append(waiters, w)
+	}
 	r.inflightMu.Unlock()
+	for _, w := range waiters {
+		if o, err := r.cfg.Owners.Owner(w.key); err == nil && !w.woke && !o.Token.IsZero() && o.Token != w.seen {
+			w.woke = true
+			close(w.wake)
+		}
+	}
 	for _, a := range attempts {
 		if a.ctx.Err() != nil {
 			continue

@@ -200,3 +200,31 @@ func TestRouterBadRequestID(t *testing.T) {
 		t.Fatalf("two request ids: %v", err)
 	}
 }
+
+// A call pausing for a handoff is woken as soon as the follower sees the
+// partition claimed, not when its backoff ends.
+func TestRouterWakesOnClaim(t *testing.T) {
+	n := newBufNet(t)
+	var claimed atomic.Bool
+	n.guarded("a", pointing(t, func() string {
+		if claimed.Load() {
+			return "self"
+		}
+		return "" // a handoff: the ring says a, which holds no lease yet
+	}))
+	owners := &fakeOwners{addr: "a"}
+	owners.setMembers("a")
+	// Pauses of 10 to 20 s: only a wake-up lets the call finish in time.
+	r := n.router(owners, func(cfg *RouterConfig) { cfg.BackoffBase, cfg.BackoffMax = 20*time.Second, 20*time.Second })
+	ctx := testCtx(t, 5*time.Second)
+	done := make(chan error, 1)
+	go func() { _, err := put(ctx, r, "k"); done <- err }()
+	waitFor(ctx, t, "the call to pause", func() bool { return r.Stats().Retries == 1 })
+	claimed.Store(true)
+	owners.mu.Lock()
+	owners.token = ownership.Token{Partition: 3, Epoch: 2, Owner: "n-a", Incarnation: 1} // heard by gossip: no event
+	owners.mu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatalf("put = %v; want it woken by the claim", err)
+	}
+}

@@ -188,6 +188,7 @@ type Router struct {
 
 	inflightMu sync.Mutex
 	inflight   map[*attempt]struct{}
+	waiting    map[*waiter]struct{} // calls pausing before a retry
 
 	live    atomic.Pointer[map[string]string] // member service address -> name, as last seen
 	changed atomic.Pointer[chan struct{}]     // closed and replaced on every membership event
@@ -209,7 +210,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	r := &Router{cfg: cfg, inflight: map[*attempt]struct{}{}, quit: make(chan struct{})}
+	r := &Router{cfg: cfg, inflight: map[*attempt]struct{}{}, waiting: map[*waiter]struct{}{}, quit: make(chan struct{})}
 	r.dial = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 		MinConnectTimeout: 2 * time.Second,
@@ -451,7 +452,8 @@ func (rt *route) next(ctx context.Context, a *attempt, addr string, err error) e
 }
 
 // pause waits before the next attempt, which starts again from Owners. A
-// membership change ends the wait early.
+// membership change, or a new claim of the key's partition (which the
+// follower notices), ends the wait early.
 func (rt *route) pause(ctx context.Context, err error) error {
 	rt.hint, rt.hintNode, rt.visited, rt.redirects = "", "", rt.visited[:0], 0
 	if rt.pauses >= rt.r.cfg.MaxAttempts {
@@ -460,6 +462,8 @@ func (rt *route) pause(ctx context.Context, err error) error {
 	rt.pauses++
 	rt.r.retries.Add(1)
 	changed := *rt.r.changed.Load()
+	w := rt.r.wait(rt.key)
+	defer rt.r.unwait(w)
 	t := time.NewTimer(rt.r.backoff(rt.pauses))
 	defer t.Stop()
 	select {
@@ -467,9 +471,37 @@ func (rt *route) pause(ctx context.Context, err error) error {
 		return nil
 	case <-changed:
 		return nil
+	case <-w.wake:
+		return nil
 	case <-ctx.Done():
 		return status.FromContextError(fmt.Errorf("%w (last answer: %v)", ctx.Err(), err)).Err()
 	}
+}
+
+// A waiter is a call pausing before a retry: the follower wakes it when
+// the key's partition gets a holder other than the one it saw.
+type waiter struct {
+	key  []byte
+	seen ownership.Token // the holder's token when the pause began
+	wake chan struct{}   // closed by the follower
+	woke bool            // the follower's
+}
+
+func (r *Router) wait(key []byte) *waiter {
+	w := &waiter{key: key, wake: make(chan struct{})}
+	if o, err := r.cfg.Owners.Owner(key); err == nil {
+		w.seen = o.Token
+	}
+	r.inflightMu.Lock()
+	r.waiting[w] = struct{}{}
+	r.inflightMu.Unlock()
+	return w
+}
+
+func (r *Router) unwait(w *waiter) {
+	r.inflightMu.Lock()
+	delete(r.waiting, w)
+	r.inflightMu.Unlock()
 }
 
 // backoff returns the pause before attempt n (n >= 1): exponential, capped,
