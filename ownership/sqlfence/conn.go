@@ -52,7 +52,10 @@ const endTimeout = 10 * time.Second
 // its own from the pool and sends BEGIN and COMMIT itself, so database/sql
 // does not know a transaction is open. fn must run every statement
 // through tx, must close every *sql.Rows before it returns, and must not
-// send BEGIN, COMMIT, ROLLBACK or SAVEPOINT statements. A connection whose
+// send BEGIN, COMMIT, ROLLBACK or SAVEPOINT statements, nor change the
+// session's search_path or its prepared statements named tenure_* (they
+// outlive the transaction on the pooled connection; a schema-qualified
+// Config.Table is immune to the search_path). A connection whose
 // transaction can't be ended cleanly is closed, not returned to the pool.
 //
 // On PostgreSQL the driver must run a parameterless Exec of several

@@ -430,8 +430,14 @@ func TestAuthorityClaims(t *testing.T) {
 			if _, err := a.Claim(ctx, 9, na, ta); !errors.Is(err, ownership.ErrConflict) {
 				t.Fatalf("claim above a superseded epoch = %v", err)
 			}
-			if _, err := a.Claim(ctx, 9, na, tok(9, 7, "x", 0)); !errors.Is(err, ownership.ErrConflict) {
-				t.Fatalf("claim above an epoch the table never had = %v", err)
+			_, err = a.Claim(ctx, 9, na, tok(9, 7, "x", 0))
+			if ce, ok := errors.AsType[*sqlfence.ConflictError](err); !ok || ce.Partition != 9 || !ce.Current.Same(tb) {
+				t.Fatalf("claim above an epoch the table never had = %v, want a conflict on p9 carrying %v", err, tb)
+			}
+			// A partition with no row: the conflict carries the zero mark.
+			_, err = a.Claim(ctx, 12, na, tok(12, 3, "x", 0))
+			if ce, ok := errors.AsType[*sqlfence.ConflictError](err); !ok || ce.Partition != 12 || !ce.Current.IsZero() {
+				t.Fatalf("claim above epoch 3 of a partition without a row = %v, want a conflict on p12 with a zero mark", err)
 			}
 			for _, bad := range []struct {
 				n    ownership.Node
