@@ -50,6 +50,7 @@ type demo struct {
 	story story // the faults and settling windows, for the report
 
 	ops, acked, failed, staleSeen, reads, staleReads atomic.Int64
+	client                                           clientPath
 }
 
 // writer is one client: it alone writes its keys, each with increasing
@@ -204,12 +205,14 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	leaver := d.remove("node-2")
 	t0 = time.Now()
 	d.story.mark("graceful leave of node-2")
+	d.client.window(func(c *clientPath) { c.leaveAt, c.leftAt = t0, t0.Add(time.Hour) })
 	if err := leaver.stop(ctx); err != nil {
 		return false, err
 	}
 	if _, err := d.settle(ctx); err != nil {
 		return false, err
 	}
+	d.client.window(func(c *clientPath) { c.leftAt = time.Now() })
 	handoff := time.Since(t0)
 	d.story.settled("node-2 left, handing off", handoff, false)
 	d.wait(ctx, cfg.phase)
@@ -224,6 +227,10 @@ func run(ctx context.Context, cfg config) (bool, error) {
 		return false, err
 	}
 	rows, staleAccepted, err := d.verifyLog(ctx)
+	if err != nil {
+		return false, err
+	}
+	dups, err := d.duplicates(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -262,6 +269,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	}
 	fmt.Printf("        settled after: pause %.2fs, crash %.2fs, restart %.2fs, cut (majority side) %.2fs, heal %.2fs, leave %.2fs\n",
 		resumed.Seconds(), failover.Seconds(), rejoin.Seconds(), cutFailover.Seconds(), healed.Seconds(), handoff.Seconds())
+	d.client.figures().print(takeover, dups)
 	fmt.Printf("figure: demo.operations %d\n", d.ops.Load())
 	fmt.Printf("figure: demo.acked_writes %d\n", d.acked.Load())
 	fmt.Printf("figure: demo.stale_rejected %d\n", staleRejected)
@@ -292,7 +300,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	}
 	fmt.Printf("report as a picture: %s\n", report)
 	return linearizable && heldRefused && lost == 0 && staleAccepted == 0 && d.staleReads.Load() == 0 &&
-		d.acked.Load() > 0 && rows >= int(d.acked.Load()), nil
+		d.acked.Load() > 0 && rows >= int(d.acked.Load()) && dups == 0, nil
 }
 
 // write runs one writer until ctx ends: a Put of the next value of a random
@@ -327,10 +335,15 @@ func (d *demo) write(ctx context.Context, w *writer, r *rand.Rand) {
 		}
 		w.next[i]++
 		v := w.next[i]
-		start := d.now()
+		start, began := d.now(), time.Now()
 		cctx, cancel := context.WithTimeout(ctx, timeout)
+		// A request id per write: the cluster may retry it, and applies it once.
+		cctx, _ = transport.WithRequestID(cctx, fmt.Sprintf("%s/w%d/k%d/%d", d.runID, w.id, i, v))
 		_, err := p.kv.Put(cctx, &kvpb.PutRequest{Key: d.key(w.id, i), Value: []byte(strconv.FormatUint(v, 10))})
 		cancel()
+		if ctx.Err() == nil { // not cut short by the end of the run
+			d.client.add(p.name, began, err)
+		}
 		d.ops.Add(1)
 		d.record(w, i, true, v, start, err == nil)
 		if err == nil {
@@ -663,6 +676,7 @@ func (d *demo) pause(ctx context.Context, victim *proc) (takeover time.Duration,
 		return 0, false, err
 	}
 	start := time.Now()
+	d.client.window(func(c *clientPath) { c.paused, c.stopAt, c.contAt = victim.name, start, start.Add(time.Hour) })
 	d.story.mark("pause " + victim.name + " (SIGSTOP)")
 	others := slices.DeleteFunc(d.list(), func(p *proc) bool { return p == victim })
 	err = d.poll(ctx, d.cfg.pause+time.Minute, func() bool {
@@ -675,6 +689,7 @@ func (d *demo) pause(ctx context.Context, victim *proc) (takeover time.Duration,
 	if cerr := victim.signal(syscall.SIGCONT); err == nil {
 		err = cerr
 	}
+	d.client.window(func(c *clientPath) { c.contAt = time.Now() })
 	d.story.mark(victim.name + " resumed (SIGCONT)")
 	if err != nil {
 		return 0, false, fmt.Errorf("the other nodes did not take over %s's partitions: %w", victim.name, err)

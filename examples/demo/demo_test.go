@@ -42,7 +42,7 @@ func TestDemoShort(t *testing.T) {
 	if !ok {
 		t.Fatal("the demo failed a check (see its report above): a lost acknowledged write, an accepted stale write, " +
 			"a stale read, a history that is not linearizable, a paused write the fence did not refuse, " +
-			"or a write log shorter than the acknowledged writes")
+			"a write log shorter than the acknowledged writes, or a write committed twice")
 	}
 	checkRunReport(t, cfg.report)
 }

@@ -1,0 +1,102 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
+	"github.com/tenure-go/tenure/transport"
+)
+
+// clientPath is what the writers saw of the faults: every Put's entry
+// node, start, end and outcome, judged at the end against the windows of
+// the pause and the graceful leave.
+type clientPath struct {
+	mu    sync.Mutex
+	calls []clientCall
+
+	paused          string // the node stopped with SIGSTOP
+	stopAt, contAt  time.Time
+	leaveAt, leftAt time.Time
+}
+
+type clientCall struct {
+	entry      string
+	start, end time.Time
+	err        error
+}
+
+func (c *clientPath) add(entry string, start time.Time, err error) {
+	c.mu.Lock()
+	c.calls = append(c.calls, clientCall{entry: entry, start: start, end: time.Now(), err: err})
+	c.mu.Unlock()
+}
+
+// window records a fault's start or end.
+func (c *clientPath) window(set func(*clientPath)) {
+	c.mu.Lock()
+	set(c)
+	c.mu.Unlock()
+}
+
+// clientFigures is what the writers saw.
+type clientFigures struct {
+	maxWaitAfterStop    time.Duration // longest answer after the SIGSTOP, calls entering elsewhere
+	failedDuringLeave   int
+	outcomeUnknown, all int
+}
+
+func (c *clientPath) figures() clientFigures {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := clientFigures{all: len(c.calls)}
+	for _, k := range c.calls {
+		if k.entry != c.paused && k.end.After(c.stopAt) && k.start.Before(c.contAt) {
+			f.maxWaitAfterStop = max(f.maxWaitAfterStop, k.end.Sub(latest(k.start, c.stopAt)))
+		}
+		if k.err == nil {
+			continue
+		}
+		if transport.IsOutcomeUnknown(k.err) {
+			f.outcomeUnknown++
+		}
+		if k.end.After(c.leaveAt) && k.start.Before(c.leftAt) {
+			f.failedDuringLeave++
+		}
+	}
+	return f
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// print writes the client lines of the report.
+func (f clientFigures) print(takeover time.Duration, duplicates int) {
+	fmt.Printf("        clients: longest wait after the SIGSTOP %.2fs (takeover %.2fs; calls entering through the stopped node not counted), "+
+		"%d calls failed during the graceful leave, %d writes committed twice, %d unknown outcomes (of %d writes)\n",
+		f.maxWaitAfterStop.Seconds(), takeover.Seconds(), f.failedDuringLeave, duplicates, f.outcomeUnknown, f.all)
+	fmt.Printf("figure: client.max_wait_after_sigstop_seconds %.3f\n", f.maxWaitAfterStop.Seconds())
+	fmt.Printf("figure: client.failed_calls_during_leave %d\n", f.failedDuringLeave)
+	fmt.Printf("figure: client.duplicate_commits %d\n", duplicates)
+	fmt.Printf("figure: client.outcome_unknown %d\n", f.outcomeUnknown)
+}
+
+// duplicates counts this run's writes committed more than once, from the
+// write log.
+func (d *demo) duplicates(ctx context.Context) (int, error) {
+	db, err := kvnode.OpenDB(d.sqlitePath(), d.cfg.dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	_, dups, err := kvnode.CountDuplicates(ctx, db, d.runID+"/")
+	return dups, err
+}
