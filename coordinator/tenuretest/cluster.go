@@ -162,7 +162,8 @@ func (cl *Cluster) start(ctx context.Context, name string) error {
 }
 
 // Close closes every node (a crash, without handoff) and waits for their
-// goroutines. It is idempotent.
+// goroutines, except memberlist's probes, which end within a probe round
+// after (VerifyTestMain waits for them). It is idempotent.
 func (cl *Cluster) Close() {
 	cl.mu.Lock()
 	cl.closed = true

@@ -104,7 +104,7 @@ func TestBadNodes(t *testing.T) {
 	defer cancel()
 	garbage := listen(t, func(c net.Conn) { _, _ = c.Write([]byte("HTTP/1.0 200 OK\r\n\r\nnot grpc at all")) })
 	silent := listen(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) }) // reads, never answers
-	other := serve(t, func(grpc.ServiceRegistrar) {}) // a gRPC server without the Ownership service
+	other := serve(t, func(grpc.ServiceRegistrar) {})                       // a gRPC server without the Ownership service
 	serveHostile := func(msgs ...*pb.OwnershipChange) string {
 		return serve(t, func(r grpc.ServiceRegistrar) { pb.RegisterOwnershipServer(r, &hostile{watch: msgs}) })
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
 	"github.com/tenure-go/tenure/coordinator"
@@ -19,9 +18,7 @@ import (
 	"github.com/tenure-go/tenure/transport/routing"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { tenuretest.VerifyTestMain(m) }
 
 // serve serves register's services on a loopback listener until the test
 // ends and returns the address.
