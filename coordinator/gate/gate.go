@@ -95,6 +95,9 @@ func (g *Gate) Exit(l *ownership.Lease) {
 	}
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
+	if pt.inflight == 0 {
+		return // an Exit without its Enter: a bug of the caller's, harmless here
+	}
 	pt.inflight--
 	if pt.inflight == 0 && pt.drained != nil {
 		close(pt.drained)

@@ -99,6 +99,16 @@ func TestGateLateRelease(t *testing.T) {
 		t.Fatalf("the newer lease's gate was closed by a late Close: %v", err)
 	}
 	g.Exit(l2)
+	g.Exit(l2) // one too many: must not make the next drain wait forever
+	if err := g.Enter(l2); err != nil {
+		t.Fatal(err)
+	}
+	g.Exit(l2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Close(ctx, l2); err != nil {
+		t.Fatalf("Close after an extra Exit = %v", err)
+	}
 	l9, _ := lease(t, 9, 1)
 	if err := g.Open(l9); !errors.Is(err, ownership.ErrPartitionRange) {
 		t.Fatalf("Open out of range = %v", err)

@@ -267,6 +267,16 @@ func (r *Router) Close() error {
 
 var errRouterClosed = status.Error(codes.Canceled, "tenure: router closed")
 
+// closed reports whether Close has been called.
+func (r *Router) closed() bool {
+	select {
+	case <-r.quit:
+		return true
+	default:
+		return false
+	}
+}
+
 // Conn returns the router's connection to the member serving at addr
 // (host:port), dialing it if needed. Calls made on it are not routed.
 func (r *Router) Conn(addr string) (*grpc.ClientConn, error) {
@@ -397,6 +407,12 @@ func (rt *route) target() (addr, node string, err error) {
 // the error to return.
 func (rt *route) next(ctx context.Context, a *attempt, addr string, err error) error {
 	sent := a != nil && a.sent.Load()
+	if rt.r.closed() {
+		if sent && !rt.safe {
+			return transport.OutcomeUnknown(addr, "the router was closed while the call was in flight")
+		}
+		return errRouterClosed
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		if sent && !rt.idempotent {
 			return transport.OutcomeUnknown(addr, fmt.Sprintf("%v while the call was in flight (last answer: %v)", cerr, status.Convert(err).Message()))

@@ -179,8 +179,9 @@ func TestRouterBadCalls(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal("second Close:", err)
 	}
-	if _, err := put(ctx, r, "k"); status.Code(err) != codes.Canceled {
-		t.Fatalf("after Close: %v", err)
+	before := r.Stats().Retries
+	if _, err := put(ctx, r, "k"); status.Code(err) != codes.Canceled || r.Stats().Retries != before {
+		t.Fatalf("after Close: %v, %d retries; want Canceled at once", err, r.Stats().Retries-before)
 	}
 }
 
