@@ -102,13 +102,7 @@ func (c *cutConn) Close() error {
 	return c.Conn.Close()
 }
 
-// splitPeers splits a comma-separated list of addresses, blanks ignored.
+// splitPeers splits a list of addresses separated by commas or blanks.
 func splitPeers(s string) []string {
-	var peers []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			peers = append(peers, p)
-		}
-	}
-	return peers
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
 }

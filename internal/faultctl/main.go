@@ -3,9 +3,7 @@ package faultctl
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
-	"log/slog"
 
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 )
@@ -14,20 +12,11 @@ import (
 // the fault control (see Endpoints) on the node's status server.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvstore", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	config := kvnode.Flags(fs)
 	on := fs.Bool("fault-control", false, "serve fault control on the status server, for tests and demos only:\n"+Endpoints)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("kvnode: unexpected arguments %q", fs.Args())
-	}
-	cfg, err := config()
+	cfg, err := kvnode.Parse(fs, args, stderr)
 	if err != nil {
 		return err
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	if !*on {
 		return kvnode.Run(ctx, cfg, stdout, nil)
 	}

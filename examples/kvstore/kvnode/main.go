@@ -33,24 +33,31 @@ type Ready struct {
 }
 
 // Main runs a node as the kvstore command does: it parses the flags in
-// args (Flags), logs to stderr, and runs the node (Run). The environment
+// args (Parse), logs to stderr, and runs the node (Run). The environment
 // variable TENURE_GOSSIP_KEY is read when -gossip-key is empty.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("kvstore", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	config := Flags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("kvnode: unexpected arguments %q", fs.Args())
-	}
-	cfg, err := config()
+	cfg, err := Parse(flag.NewFlagSet("kvstore", flag.ContinueOnError), args, stderr)
 	if err != nil {
 		return err
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	return Run(ctx, cfg, stdout, nil)
+}
+
+// Parse defines the node's flags on fs (Flags), which may hold flags of
+// the caller's too, parses args, and returns the Config, logging to
+// stderr. Usage and errors go to stderr.
+func Parse(fs *flag.FlagSet, args []string, stderr io.Writer) (Config, error) {
+	fs.SetOutput(stderr)
+	config := Flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("kvnode: unexpected arguments %q", fs.Args())
+	}
+	cfg, err := config()
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	return cfg, err
 }
 
 // Flags defines the node's flags (see the package doc) on fs and returns
