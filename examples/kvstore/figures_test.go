@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == nodeArg {
 		os.Exit(main1(os.Args[2:]))
 	}
-	goleak.VerifyTestMain(m)
+	tenuretest.VerifyTestMain(m)
 }
 
 // main1 is the command's main for a node started by the test.

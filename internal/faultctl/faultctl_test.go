@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -25,7 +25,7 @@ import (
 	"github.com/tenure-go/tenure/ring"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { tenuretest.VerifyTestMain(m) }
 
 const testPartitions = 16
 

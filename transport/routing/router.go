@@ -413,7 +413,13 @@ func (rt *route) next(ctx context.Context, a *attempt, addr string, err error) e
 		}
 		return errRouterClosed
 	}
-	if cerr := ctx.Err(); cerr != nil {
+	cerr := ctx.Err()
+	if cerr == nil && status.Code(err) == codes.DeadlineExceeded {
+		// The server saw the call's deadline pass (grpc-timeout) a moment
+		// before the caller's context did.
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil {
 		if sent && !rt.idempotent {
 			return transport.OutcomeUnknown(addr, fmt.Sprintf("%v while the call was in flight (last answer: %v)", cerr, status.Convert(err).Message()))
 		}

@@ -3,7 +3,7 @@ package kvpb_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { tenuretest.VerifyTestMain(m) }
