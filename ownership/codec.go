@@ -224,6 +224,7 @@ const (
 	faultOverflow
 	faultNonMinimal
 	faultTrailing
+	faultInvalid
 )
 
 func (f decodeFault) String() string {
@@ -236,6 +237,8 @@ func (f decodeFault) String() string {
 		return "non-minimal uvarint"
 	case faultTrailing:
 		return "trailing bytes"
+	case faultInvalid:
+		return "invalid stable membership"
 	}
 	return "ok"
 }

@@ -98,9 +98,14 @@ func (mk *macKey) sum(t Token) [MACSize]byte {
 	b = binary.AppendUvarint(b, t.Incarnation)
 	b = binary.AppendUvarint(b, uint64(len(t.Owner)))
 	b = append(b, t.Owner...)
+	return mk.hmac(b, nil)
+}
 
+// hmac computes the truncated HMAC-SHA256 of a followed by b.
+func (mk *macKey) hmac(a, b []byte) [MACSize]byte {
 	h := mk.pool.Get().(hash.Hash)
 	h.Reset()
+	h.Write(a)
 	h.Write(b)
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
@@ -109,4 +114,23 @@ func (mk *macKey) sum(t Token) [MACSize]byte {
 	var m [MACSize]byte
 	copy(m[:], sum[:])
 	return m
+}
+
+// gossipContext separates gossip MACs from token MACs.
+const gossipContext = "tenure gossip mac v1\x00"
+
+// sealBytes returns the MAC of a gossip message under the primary key.
+func (k *Keyring) sealBytes(msg []byte) [MACSize]byte {
+	return k.keys[0].hmac([]byte(gossipContext), msg)
+}
+
+// openBytes reports whether mac authenticates msg under one of the keys,
+// in constant time.
+func (k *Keyring) openBytes(msg []byte, mac []byte) bool {
+	ok := false
+	for _, mk := range k.keys {
+		m := mk.hmac([]byte(gossipContext), msg)
+		ok = hmac.Equal(m[:], mac) || ok
+	}
+	return ok
 }

@@ -3,18 +3,31 @@ package ownership
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
 )
 
 // Placement is what the state machine needs from a partition table: which
-// member the ring assigns each partition to, and who the members are.
-// *ring.Table satisfies it.
+// member the ring assigns each partition to. *ring.Table satisfies it.
 type Placement interface {
 	Partitions() int
 	Owner(partition uint32) string
-	Has(member string) bool
 	// Fingerprint identifies the member set and configuration: equal
 	// placements have equal fingerprints.
 	Fingerprint() uint64
+}
+
+// A View is one node's view of the membership: who it sees, and where the
+// ring places partitions among them.
+type View struct {
+	// Members are the live members, this node included, leaving ones too.
+	Members []ViewMember
+	// Placement is the ring over the members that are not leaving. Nil
+	// while there is none (every member is leaving).
+	Placement Placement
+	// Left names members that left gracefully since the previous view.
+	Left []string
 }
 
 // Phase is where one partition stands on this node.
@@ -24,12 +37,13 @@ type Phase uint8
 const (
 	Unowned   Phase = iota // not held here
 	Claiming               // waiting for the authority to mint a token
-	Acquiring              // token minted; the handler is fencing the resource
-	Owned                  // fenced and serving
+	Fencing                // token minted; the resource is being fenced with it
+	Acquiring              // fenced; the handler's Acquire is running
+	Owned                  // serving
 	Releasing              // the handler is draining before the release is published
 )
 
-var phaseNames = [...]string{"unowned", "claiming", "acquiring", "owned", "releasing"}
+var phaseNames = [...]string{"unowned", "claiming", "fencing", "acquiring", "owned", "releasing"}
 
 func (p Phase) String() string {
 	if int(p) < len(phaseNames) {
@@ -42,24 +56,45 @@ func (p Phase) String() string {
 type ActionKind uint8
 
 const (
-	// Claim: ask the Authority for a token for Partition strictly above
-	// Token (the highest token this node knows), then feed the answer to
-	// Machine.Claimed.
+	// ActClaim: ask the Authority for a token for Partition strictly above
+	// Token (zero if none is known), then feed the answer to Claimed.
 	ActClaim ActionKind = iota + 1
-	// Acquire: start a lease for Token, fence the resource with it and call
-	// the handler's Acquire; feed the outcome to Machine.Acquired.
+	// ActFence: start the lease of Token if it has not started (its context
+	// live, not yet served) and fence the resource with Token; feed the
+	// outcome to Fenced.
+	ActFence
+	// ActAcquire: start the lease of Token if it has not started, and call
+	// the handler's Acquire for it; feed the outcome to Acquired.
 	ActAcquire
-	// Release: call the handler's Release for the lease of Token (the
-	// handler drains); when it returns or overruns, call Machine.Released.
+	// ActServe: the lease of Token is fenced and acquired: callers may have
+	// it from now on. Waited is how many ticks passed since the ring gave
+	// the partition to this node; Failover says whether the previous holder
+	// vanished without a release (a failover) rather than handing off.
+	ActServe
+	// ActRelease: call the handler's Release for the lease of Token, and
+	// feed Released when it returns. With a nil Cause it is a planned
+	// release: the lease is live, callers no longer get it, and the handler
+	// drains. With a Cause the lease has already ended (Cause says why) and
+	// the handler only cleans up.
 	ActRelease
-	// Publish: gossip the claim (Token, Released) to the other nodes.
+	// ActEnd: end the lease of Token now, with Cause (which wraps
+	// ErrLeaseEnded): cancel its context and stop giving it to callers. Its
+	// writes may already be rejected by the resource.
+	ActEnd
+	// ActPublish: gossip the claim (Token, Released) to the other nodes.
 	ActPublish
-	// Revoke: end the lease of Token now (cancel its context). Its writes
-	// may already be rejected by the resource.
-	ActRevoke
+	// ActStable: the stable membership changed to Stable: keep it for
+	// gossip (state and node metadata) and broadcast it.
+	ActStable
+	// ActSync: member Node holds a newer stable membership: exchange full
+	// state with it (a push/pull).
+	ActSync
+	// ActQuorum: whether this node sees a quorum changed to OK. For logs
+	// and status; the machine has acted on it already.
+	ActQuorum
 )
 
-var actNames = [...]string{"", "claim", "acquire", "release", "publish", "revoke"}
+var actNames = [...]string{"", "claim", "fence", "acquire", "serve", "release", "end", "publish", "stable", "sync", "quorum"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actNames) && k != 0 {
@@ -73,19 +108,53 @@ func (k ActionKind) String() string {
 type Action struct {
 	Kind      ActionKind
 	Partition uint32
-	// Token: for ActClaim, the highest token known for the partition (the
-	// authority mints above it; zero if none); otherwise the lease's token.
+	// Token: for ActClaim, the token to mint above (zero if none);
+	// otherwise the lease's token.
 	Token Token
 	// Released: for ActPublish, whether the claim is a release.
 	Released bool
+	// Cause: for ActEnd, why the lease ends; for ActRelease, nil for a
+	// planned release and otherwise why the lease already ended.
+	Cause error
+	// Waited and Failover: for ActServe (see there).
+	Waited   uint64
+	Failover bool
+	// Stable: for ActStable.
+	Stable Stable
+	// Node: for ActSync.
+	Node string
+	// OK: for ActQuorum.
+	OK bool
 }
 
 func (a Action) String() string {
-	s := fmt.Sprintf("%v p%d %s", a.Kind, a.Partition, tokenShort(a.Token))
-	if a.Released {
-		s += " released"
+	var b strings.Builder
+	b.WriteString(a.Kind.String())
+	switch a.Kind {
+	case ActStable:
+		fmt.Fprintf(&b, " %v", a.Stable)
+		return b.String()
+	case ActSync:
+		fmt.Fprintf(&b, " %s", a.Node)
+		return b.String()
+	case ActQuorum:
+		fmt.Fprintf(&b, " %v", a.OK)
+		return b.String()
 	}
-	return s
+	fmt.Fprintf(&b, " p%d %s", a.Partition, tokenShort(a.Token))
+	if a.Released {
+		b.WriteString(" released")
+	}
+	if a.Cause != nil {
+		fmt.Fprintf(&b, " (%s)", strings.TrimPrefix(a.Cause.Error(), ErrLeaseEnded.Error()+": "))
+	}
+	if a.Kind == ActServe {
+		fmt.Fprintf(&b, " waited=%d", a.Waited)
+		if a.Failover {
+			b.WriteString(" failover")
+		}
+	}
+	return b.String()
 }
 
 func tokenShort(t Token) string {
@@ -95,32 +164,86 @@ func tokenShort(t Token) string {
 	return fmt.Sprintf("e%d/%s:%d", t.Epoch, t.Owner, t.Incarnation)
 }
 
+// Why a lease ended: the cause of its context (context.Cause), and of
+// ActEnd and ActRelease. Each wraps ErrLeaseEnded.
+var (
+	// ErrLeaseReleased: the lease was handed off (the ring moved the
+	// partition, or the node left) after the handler drained.
+	ErrLeaseReleased = fmt.Errorf("%w: released", ErrLeaseEnded)
+	// ErrLeaseResigned: the node gave the lease back (Resign, or the
+	// handler ended it).
+	ErrLeaseResigned = fmt.Errorf("%w: resigned", ErrLeaseEnded)
+	// ErrLeaseSuperseded: a higher token exists for the partition (heard by
+	// gossip, or reported by a fence that rejected a write).
+	ErrLeaseSuperseded = fmt.Errorf("%w: superseded", ErrLeaseEnded)
+	// ErrLeaseNoQuorum: the node could not see a quorum for StepDown (L4).
+	ErrLeaseNoQuorum = fmt.Errorf("%w: no quorum", ErrLeaseEnded)
+	// ErrLeaseNotFenced: the resource's mark fell below the lease's token (a
+	// fence table reset or restored): the handler's view of the resource
+	// may be stale, so the lease ends and a new one is fenced.
+	ErrLeaseNotFenced = fmt.Errorf("%w: fence lost", ErrLeaseEnded)
+	// ErrLeaseTimeout: the handler's Acquire or Release overran its
+	// deadline.
+	ErrLeaseTimeout = fmt.Errorf("%w: handler timed out", ErrLeaseEnded)
+	// ErrLeaseFailed: fencing or the handler's Acquire failed.
+	ErrLeaseFailed = fmt.Errorf("%w: acquire failed", ErrLeaseEnded)
+)
+
 // MachineConfig configures a Machine. Durations are in ticks of logical
-// time: the shell calls Tick at a fixed interval and chooses it.
+// time: the shell calls Tick at a fixed interval and chooses it. A zero
+// count means zero ticks (no wait).
 type MachineConfig struct {
 	// Self is this node. Required.
 	Self Node
 	// Partitions is the number of partitions; it must equal the
 	// placement's. Required.
 	Partitions int
+	// Bootstrap: this node founds a cluster, so its stable membership
+	// starts as itself. A node that does not bootstrap has no quorum until
+	// it learns the cluster's stable membership from a member (or, when
+	// every member it sees is as new as itself, until its view stays
+	// unchanged for StableAfterTicks: a whole cluster starting at once).
+	Bootstrap bool
+	// MinQuorum, when > 0, replaces the majority rule: the node has a
+	// quorum when it sees at least MinQuorum members, itself included.
+	MinQuorum int
+	// Fenced: the shell has a resource to fence with every new token
+	// before the handler's Acquire (ActFence). Without it tokens go straight
+	// to ActAcquire and the handler fences.
+	Fenced bool
+	// StrictAuthority: the authority issues epochs strictly (S4). A token
+	// it mints is then the partition's truth even below a claim gossip has
+	// shown, and after a conflict the next claim goes above the authority's
+	// answer rather than above gossip's.
+	StrictAuthority bool
 	// GraceTicks is how long to wait before claiming a partition whose
 	// holder left the membership without publishing a release (a crash or a
-	// partition). Longer grace gives a paused or cut-off holder time to
-	// notice and stop (fewer rejected writes); shorter grace fails over
-	// faster. Safety does not depend on it. Default 0: claim at once.
+	// partition). Safety does not depend on it.
 	GraceTicks int
 	// HandoffTicks is how long to wait for a live holder to release a
 	// partition the ring has moved here before claiming it anyway (the
-	// holder is then fenced). Default 0 means wait forever (a live holder
-	// always releases once it sees the same ring).
+	// holder is then fenced).
 	HandoffTicks int
 	// StepDownTicks: after this many consecutive ticks without a quorum,
-	// every lease is revoked (L4). Choose it below the lease duration the
-	// others assume. Default 0: revoke on the first tick without quorum.
+	// every lease ends (L4).
 	StepDownTicks int
-	// RetryTicks is the wait after a failed claim or acquire before the
-	// next try. Default 0: retry on the next tick.
-	RetryTicks int
+	// StableAfterTicks: a view unchanged this long, holding a quorum of the
+	// stable membership, becomes the stable membership.
+	StableAfterTicks int
+	// RetryTicks is the first wait after a failed claim, fence or acquire,
+	// or a resignation; it doubles with each failure in a row, up to
+	// MaxRetryTicks (default 32 x RetryTicks), with jitter from Rand.
+	RetryTicks    int
+	MaxRetryTicks int
+	// AcquireTicks and ReleaseTicks bound the handler's calls: past them
+	// the lease ends as if the call had failed (Acquire) or returned
+	// (Release). Zero: no bound.
+	AcquireTicks int
+	ReleaseTicks int
+	// Rand draws the backoff jitter. Nil: no jitter.
+	Rand *rand.Rand
+	// Knobs are for tenure's own tests (see TestingKnobs). Nil in programs.
+	Knobs *TestingKnobs
 }
 
 // Validate reports whether c is usable.
@@ -128,18 +251,28 @@ func (c MachineConfig) Validate() error {
 	switch {
 	case c.Self.Name == "":
 		return errors.New("ownership: MachineConfig.Self.Name is empty")
-	case c.Partitions <= 0:
-		return fmt.Errorf("ownership: MachineConfig.Partitions = %d, want > 0", c.Partitions)
-	case c.GraceTicks < 0 || c.HandoffTicks < 0 || c.StepDownTicks < 0 || c.RetryTicks < 0:
-		return errors.New("ownership: MachineConfig tick counts must not be negative")
+	case c.Partitions <= 0 || c.Partitions > MaxPartitions:
+		return fmt.Errorf("ownership: MachineConfig.Partitions = %d, want 1 to %d", c.Partitions, MaxPartitions)
+	case c.GraceTicks < 0 || c.HandoffTicks < 0 || c.StepDownTicks < 0 || c.StableAfterTicks < 0 ||
+		c.RetryTicks < 0 || c.MaxRetryTicks < 0 || c.AcquireTicks < 0 || c.ReleaseTicks < 0 || c.MinQuorum < 0:
+		return errors.New("ownership: MachineConfig counts must not be negative")
 	}
 	return nil
 }
 
+// callKind is a handler call in flight for a partition.
+type callKind uint8
+
+const (
+	noCall callKind = iota
+	acquireCall
+	releaseCall
+)
+
 // part is the state of one partition on this node.
 type part struct {
 	phase Phase
-	token Token // our grant: valid in Claiming (zero), Acquiring, Owned, Releasing
+	token Token // our grant: valid from Fencing to Releasing
 	// holder is the highest claim known for the partition, ours included.
 	holder Claim
 	// mark is the highest token a fence has reported for the partition.
@@ -148,38 +281,84 @@ type part struct {
 	// member; it does not claim again until the view changes (L5). 0 if it
 	// was not: views start at 1 with the first placement.
 	fencedView uint64
-	// waitFor is the holder we are waiting on, since tick waitSince; the
-	// zero claim if none.
+	// waitFor is the holder we are waiting on, since tick waitSince.
 	waitFor   Claim
 	waitSince uint64
 	retryAt   uint64
+	failures  int // failed claims, fences and acquires in a row
+	// answer is a strict authority's last answer to a failed claim: the
+	// next claim goes above it.
+	answer    Token
+	hasAnswer bool
+	// floor: with a strict authority, claims gossip showed before our
+	// claim succeeded are not above our grant, whatever their epochs.
+	floor Token
+	// The handler call in flight, if any, and its deadline (0: none).
+	call         callKind
+	callToken    Token
+	callDeadline uint64
+	// lostCause: the lease ended while its Acquire ran; if Acquire
+	// succeeds, the handler gets an ActRelease with this cause.
+	lostCause error
+	// abandoned is the last token whose Acquire overran its deadline: if it
+	// succeeds after all, the handler gets an ActRelease.
+	abandoned Token
+	// endCause is the cause the lease ends with once a planned release
+	// completes.
+	endCause error
+	// wanting: the ring gives us the partition and we do not serve it yet,
+	// since tick wantSince; failover says whether the previous holder
+	// vanished without a release.
+	wanting   bool
+	wantSince uint64
+	failover  bool
 }
 
 // Machine is the per-node ownership state machine. It is pure and
 // deterministic: it holds no goroutine, clock or socket. The shell feeds it
 // events through its methods and performs the actions Ready returns, in
-// order.
+// order. It decides everything: quorum and the stable membership, when to
+// claim, fence, acquire, serve and release, handoff against failover, and
+// the deadlines of handler calls.
 //
 // A Machine is not safe for concurrent use: the shell serializes calls.
 type Machine struct {
 	cfg      MachineConfig
 	parts    []part
 	place    Placement
-	view     uint64 // bumped by every SetPlacement
-	now      uint64 // ticks
-	quorum   bool
+	members  []string // the view's members, sorted
+	view     uint64   // bumped by every change of placement
+	now      uint64   // ticks
+	q        quorum
 	noQuorum int // consecutive ticks without quorum
 	leaving  bool
 	out      []Action
 }
 
-// NewMachine returns a machine that owns nothing and has no placement; it
-// claims nothing until SetPlacement.
+// NewMachine returns a machine that owns nothing and has no view; it
+// claims nothing until SetView.
 func NewMachine(cfg MachineConfig) (*Machine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Machine{cfg: cfg, parts: make([]part, cfg.Partitions), quorum: true}, nil
+	if cfg.MaxRetryTicks == 0 {
+		cfg.MaxRetryTicks = 32 * cfg.RetryTicks
+	}
+	m := &Machine{cfg: cfg, parts: make([]part, cfg.Partitions)}
+	m.q = quorum{
+		self:        cfg.Self.Name,
+		bootstrap:   cfg.Bootstrap,
+		min:         cfg.MinQuorum,
+		stableAfter: uint64(cfg.StableAfterTicks),
+		knobs:       cfg.Knobs,
+	}
+	if m.q.eval(0) {
+		m.out = append(m.out, Action{Kind: ActStable, Stable: m.q.stable})
+	}
+	if !m.q.ok {
+		m.noQuorum = 1 // ActQuorum reports changes from here
+	}
+	return m, nil
 }
 
 // Ready returns the actions produced since the last call, in the order the
@@ -190,8 +369,11 @@ func (m *Machine) Ready() []Action {
 	return out
 }
 
+// Now returns the machine's logical time in ticks.
+func (m *Machine) Now() uint64 { return m.now }
+
 // Phase returns the partition's phase and this node's token for it (zero
-// unless Acquiring, Owned or Releasing).
+// while Unowned or Claiming).
 func (m *Machine) Phase(p uint32) (Phase, Token) {
 	if int(p) >= len(m.parts) {
 		return Unowned, Token{}
@@ -208,53 +390,84 @@ func (m *Machine) Holder(p uint32) Claim {
 	return m.parts[p].holder
 }
 
-// Idle reports whether no partition is in transit or held: after Leave, the
-// shell waits for Idle before leaving the membership.
+// Quorum reports whether this node sees a quorum now.
+func (m *Machine) Quorum() bool { return m.q.ok }
+
+// Stable returns the stable membership quorum is counted against.
+func (m *Machine) Stable() Stable { return m.q.stable }
+
+// Idle reports whether no partition is held or in transit and no handler
+// call runs: after Leave, the shell waits for Idle before leaving the
+// membership.
 func (m *Machine) Idle() bool {
 	for i := range m.parts {
-		if m.parts[i].phase != Unowned {
+		if m.parts[i].phase != Unowned || m.parts[i].call != noCall {
 			return false
 		}
 	}
 	return true
 }
 
-// SetPlacement installs a new ring table: a new view of membership.
-// Partitions whose owner did not change are not touched.
-func (m *Machine) SetPlacement(pl Placement) error {
-	if pl == nil {
-		return errors.New("ownership: nil placement")
+// SetView installs a new view of the membership.
+func (m *Machine) SetView(v View) error {
+	if v.Placement != nil && v.Placement.Partitions() != m.cfg.Partitions {
+		return fmt.Errorf("ownership: placement has %d partitions, machine %d", v.Placement.Partitions(), m.cfg.Partitions)
 	}
-	if pl.Partitions() != m.cfg.Partitions {
-		return fmt.Errorf("ownership: placement has %d partitions, machine %d", pl.Partitions(), m.cfg.Partitions)
+	fp := func(p Placement) uint64 {
+		if p == nil {
+			return 0
+		}
+		return p.Fingerprint()
 	}
-	if m.place == nil || m.place.Fingerprint() != pl.Fingerprint() {
+	if m.view == 0 || fp(m.place) != fp(v.Placement) {
 		m.view++
 	}
-	m.place = pl
+	m.place = v.Placement
+	m.members = m.members[:0]
+	for _, vm := range v.Members {
+		m.members = append(m.members, vm.Name)
+	}
+	slices.Sort(m.members)
+	m.members = slices.Compact(m.members)
+	m.quorumStep(m.q.setView(m.now, v.Members, v.Left))
 	m.stepAll()
 	return nil
 }
 
-// SetQuorum tells the machine whether this node sees a quorum of the last
-// stable membership. Without one it claims nothing, and after StepDownTicks
-// ticks it revokes every lease.
-func (m *Machine) SetQuorum(ok bool) {
-	if ok == m.quorum {
-		return
-	}
-	m.quorum = ok
-	if ok {
-		m.noQuorum = 0
-	}
+// HeardStable records a stable membership heard from another node.
+func (m *Machine) HeardStable(s Stable) {
+	m.quorumStep(m.q.heard(m.now, s))
 	m.stepAll()
+}
+
+// quorumStep emits what a change of the quorum state calls for.
+func (m *Machine) quorumStep(changed bool) {
+	if changed {
+		m.out = append(m.out, Action{Kind: ActStable, Stable: m.q.stable})
+	}
+	for _, n := range m.q.toAsk() {
+		m.out = append(m.out, Action{Kind: ActSync, Node: n})
+	}
+	wasOK := m.noQuorum == 0
+	if m.q.ok {
+		m.noQuorum = 0
+	} else if wasOK {
+		m.noQuorum = 1
+	}
+	if wasOK != m.q.ok {
+		m.out = append(m.out, Action{Kind: ActQuorum, OK: m.q.ok})
+	}
 }
 
 // Tick advances logical time by one tick.
 func (m *Machine) Tick() {
 	m.now++
-	if !m.quorum {
+	if !m.q.ok {
 		m.noQuorum++
+	}
+	m.quorumStep(m.q.eval(m.now))
+	for p := range m.parts {
+		m.expire(uint32(p))
 	}
 	m.stepAll()
 }
@@ -267,19 +480,18 @@ func (m *Machine) Leave() {
 }
 
 // Heard records a claim or release heard from gossip (or read anywhere
-// else). A claim above this node's grant supersedes it: the lease is revoked.
+// else). A claim above this node's grant supersedes it: the lease ends.
 func (m *Machine) Heard(c Claim) {
 	p := c.Token.Partition
-	if int(p) >= len(m.parts) {
+	if int(p) >= len(m.parts) || c.Token.IsZero() {
 		return
 	}
 	s := &m.parts[p]
 	if !s.observe(c) {
 		return
 	}
-	if s.phase >= Acquiring && c.Token.Compare(s.token) > 0 {
-		// Someone holds a higher grant: ours is dead.
-		m.lose(p, c.Token)
+	if s.phase >= Fencing && c.Token.Compare(s.token) > 0 && c.Token.Compare(s.floor) > 0 {
+		m.lose(p, c.Token, ErrLeaseSuperseded)
 	}
 	m.step(p)
 }
@@ -293,124 +505,327 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 	if s.phase != Claiming {
 		return
 	}
+	if err == nil && (t.Partition != p || t.Node() != m.cfg.Self) {
+		err = fmt.Errorf("ownership: authority answered %v to a claim of p%d by %v", t, p, m.cfg.Self)
+	}
 	if err != nil {
 		s.phase = Unowned
-		s.retryAt = m.now + uint64(m.cfg.RetryTicks)
-		if errors.Is(err, ErrConflict) {
-			// Someone else won a race: look again at once. Learn the mark
-			// the authority reported: its claim may never reach us by
-			// gossip (it was made across a network cut), and claiming
-			// above what we had heard would lose forever.
-			var ce *ConflictError
-			if errors.As(err, &ce) && (ce.Partition == p || ce.Partition == 0) &&
-				ce.Current.Partition == p && ce.Current.Compare(s.mark) > 0 {
-				s.mark = ce.Current
-				s.observe(Claim{Token: ce.Current})
+		var ce *ConflictError
+		if errors.As(err, &ce) && (ce.Partition == p || ce.Partition == 0 && ce.Current.Partition == p) {
+			// Someone else won, perhaps long ago (its claim may never reach
+			// us by gossip: it was made across a cut, or before the fence
+			// table was reset). Learn what the authority holds.
+			cur := ce.Current
+			if !cur.IsZero() && cur.Partition == p {
+				if cur.Compare(s.mark) > 0 {
+					s.mark = cur
+				}
+				s.observe(Claim{Token: cur})
 			}
-			s.retryAt = m.now
+			if m.cfg.StrictAuthority {
+				s.answer, s.hasAnswer = cur, true
+				s.answer.Partition = p
+			}
 		}
+		m.failed(p)
 		m.step(p)
 		return
 	}
-	if t.Partition != p || t.Node() != m.cfg.Self {
-		// The authority answered with something we can't use; try again.
-		s.phase = Unowned
-		s.retryAt = m.now + uint64(m.cfg.RetryTicks)
-		m.step(p)
-		return
-	}
-	if t.Compare(s.holder.Token) <= 0 {
+	if t.Compare(s.holder.Token) <= 0 && !m.cfg.StrictAuthority {
 		// A higher claim arrived while we were claiming: we lost the race
 		// unless that claim has since been released.
 		s.phase = Unowned
 		if !s.holder.Released {
-			m.lose(p, s.holder.Token)
+			m.lose(p, s.holder.Token, ErrLeaseSuperseded)
 		}
 		m.step(p)
 		return
 	}
+	s.hasAnswer = false
+	if m.cfg.StrictAuthority && t.Compare(s.holder.Token) <= 0 {
+		s.floor = s.holder.Token
+	} else {
+		s.floor = Token{}
+		s.holder = Claim{Token: t}
+	}
 	s.token = t
-	s.holder = Claim{Token: t}
 	if !m.wants(p) {
 		// The ring moved on while we claimed: give the epoch back.
 		s.phase = Unowned
 		s.token = Token{}
-		s.holder = Claim{Token: t, Released: true}
-		m.emit(ActPublish, t, true)
+		s.observe(Claim{Token: t, Released: true})
+		m.emit(Action{Kind: ActPublish, Token: t, Released: true})
 		m.step(p)
 		return
 	}
-	s.phase = Acquiring
-	m.emit(ActPublish, t, false)
-	m.emit(ActAcquire, t, false)
+	m.emit(Action{Kind: ActPublish, Token: t})
+	if m.cfg.Fenced && (m.cfg.Knobs == nil || !m.cfg.Knobs.SkipFence) {
+		s.phase = Fencing
+		m.emit(Action{Kind: ActFence, Token: t})
+		return
+	}
+	m.startAcquire(p)
 }
 
-// Acquired feeds the outcome of an ActAcquire: the fence and the handler's
-// Acquire. A *StaleTokenError means the resource holds a higher token.
-func (m *Machine) Acquired(t Token, err error) {
+// Fenced feeds the outcome of an ActFence. A *StaleTokenError means the
+// resource holds a higher token.
+func (m *Machine) Fenced(t Token, err error) {
 	s := m.held(t)
-	if s == nil || s.phase != Acquiring {
+	if s == nil || s.phase != Fencing {
 		return
 	}
 	p := t.Partition
-	if err == nil {
-		s.phase = Owned
+	var stale *StaleTokenError
+	switch {
+	case err == nil:
+		m.startAcquire(p)
+	case errors.As(err, &stale):
+		m.lose(p, stale.Current, ErrLeaseSuperseded)
+		m.step(p)
+	default:
+		m.giveBack(p, ErrLeaseFailed, false)
+		m.failed(p)
+		m.step(p)
+	}
+}
+
+func (m *Machine) startAcquire(p uint32) {
+	s := &m.parts[p]
+	s.phase = Acquiring
+	s.lostCause = nil
+	m.startCall(p, acquireCall, s.token, m.cfg.AcquireTicks)
+	m.emit(Action{Kind: ActAcquire, Token: s.token})
+}
+
+func (m *Machine) startCall(p uint32, k callKind, t Token, ticks int) {
+	s := &m.parts[p]
+	s.call, s.callToken, s.callDeadline = k, t, 0
+	if ticks > 0 {
+		s.callDeadline = m.now + uint64(ticks)
+	}
+}
+
+// Acquired feeds the outcome of an ActAcquire: the handler's Acquire. A
+// *StaleTokenError means a resource the handler fenced holds a higher
+// token.
+func (m *Machine) Acquired(t Token, err error) {
+	if int(t.Partition) >= len(m.parts) {
+		return
+	}
+	p := t.Partition
+	s := &m.parts[p]
+	ours := s.call == acquireCall && s.callToken.Same(t)
+	if ours {
+		s.call = noCall
+	}
+	late := !ours && !t.IsZero() && s.abandoned.Same(t)
+	if late {
+		s.abandoned = Token{}
+	}
+	if !ours && !late {
+		return // not an Acquire we started, or answered already
+	}
+	if s.phase != Acquiring || !s.token.Same(t) {
+		// The lease ended while Acquire ran (or Acquire overran and was
+		// abandoned). The handler thinks it holds the lease: let it clean
+		// up.
+		if err == nil {
+			cause := s.lostCause
+			if late || cause == nil {
+				cause = ErrLeaseTimeout
+			}
+			if ours {
+				m.startCall(p, releaseCall, t, m.cfg.ReleaseTicks)
+			}
+			m.emit(Action{Kind: ActRelease, Token: t, Cause: cause})
+		}
+		if ours {
+			s.lostCause = nil
+		}
 		m.step(p)
 		return
 	}
 	var stale *StaleTokenError
-	if errors.As(err, &stale) {
-		m.lose(p, stale.Current)
-	} else {
-		// The handler failed: end the lease, give the claim back, retry.
-		m.giveBack(p)
-		s.retryAt = m.now + uint64(m.cfg.RetryTicks)
+	switch {
+	case err == nil:
+		s.phase = Owned
+		s.failures = 0
+		a := Action{Kind: ActServe, Token: t}
+		if s.wanting {
+			a.Waited, a.Failover = m.now-s.wantSince, s.failover
+			s.wanting = false
+		}
+		m.emit(a)
+	case errors.As(err, &stale):
+		m.lose(p, stale.Current, ErrLeaseSuperseded)
+	default:
+		m.giveBack(p, ErrLeaseFailed, false)
+		m.failed(p)
 	}
 	m.step(p)
 }
 
 // Rejected reports that the resource rejected a write under t because it
-// holds current: the lease of t is revoked.
+// holds current, a higher token: the lease of t ends.
 func (m *Machine) Rejected(t Token, current Token) {
-	if m.held(t) == nil {
+	if m.held(t) == nil || current.Partition != t.Partition || current.Compare(t) <= 0 {
 		return
 	}
-	m.lose(t.Partition, current)
+	m.lose(t.Partition, current, ErrLeaseSuperseded)
 	m.step(t.Partition)
 }
 
-// Released reports that the handler's Release for t has returned (or
-// overran its deadline). The lease ends and the release is published.
-func (m *Machine) Released(t Token) {
-	if s := m.held(t); s == nil || s.phase != Releasing {
+// NotFenced reports that a write under t found the resource's mark below
+// t: the resource lost its fence (a reset, a restore). The lease ends, so
+// the handler re-reads the resource under a new, fenced lease.
+func (m *Machine) NotFenced(t Token) {
+	s := m.held(t)
+	if s == nil || s.phase < Acquiring {
 		return
 	}
-	m.giveBack(t.Partition)
+	m.giveBack(t.Partition, ErrLeaseNotFenced, true)
+	m.failed(t.Partition)
 	m.step(t.Partition)
+}
+
+// Resign gives the lease of t back. With ended false the lease is live: the
+// handler drains (a planned ActRelease) before the release is published.
+// With ended true something already ended the lease (the handler called
+// Lease.End): the release is published at once. Either way the node waits
+// out a backoff before claiming the partition again.
+func (m *Machine) Resign(t Token, ended bool) {
+	s := m.held(t)
+	if s == nil {
+		return
+	}
+	p := t.Partition
+	switch {
+	case s.phase == Owned && !ended:
+		m.planRelease(p, ErrLeaseResigned)
+	case s.phase == Releasing:
+		// Already on its way out.
+	default:
+		m.giveBack(p, ErrLeaseResigned, true)
+	}
+	m.failed(p)
+	m.step(p)
+}
+
+// Released reports that the handler's Release for t has returned.
+func (m *Machine) Released(t Token) {
+	if int(t.Partition) >= len(m.parts) {
+		return
+	}
+	s := &m.parts[t.Partition]
+	if s.call == releaseCall && s.callToken.Same(t) {
+		s.call = noCall
+	}
+	if s.phase == Releasing && s.token.Same(t) {
+		m.giveBack(t.Partition, s.endCause, false)
+	}
+	m.step(t.Partition)
+}
+
+// expire ends handler calls that overran their deadline.
+func (m *Machine) expire(p uint32) {
+	s := &m.parts[p]
+	if s.call == noCall || s.callDeadline == 0 || m.now < s.callDeadline {
+		return
+	}
+	k, t := s.call, s.callToken
+	s.call = noCall
+	if k == acquireCall {
+		s.abandoned = t
+	}
+	if !s.token.Same(t) {
+		return
+	}
+	switch {
+	case k == acquireCall && s.phase == Acquiring:
+		m.giveBack(p, ErrLeaseTimeout, false)
+		m.failed(p)
+	case k == releaseCall && s.phase == Releasing:
+		m.giveBack(p, ErrLeaseTimeout, false)
+	}
 }
 
 // held returns the state of t's partition if t is this node's grant of it
-// (Acquiring, Owned or Releasing), and nil otherwise.
+// (Fencing to Releasing), and nil otherwise.
 func (m *Machine) held(t Token) *part {
 	if int(t.Partition) >= len(m.parts) {
 		return nil
 	}
 	s := &m.parts[t.Partition]
-	if s.phase < Acquiring || !s.token.Same(t) {
+	if s.phase < Fencing || !s.token.Same(t) {
 		return nil
 	}
 	return s
 }
 
-// giveBack ends this node's grant of p and publishes its release, so the
-// next owner may claim without waiting out a grace period.
-func (m *Machine) giveBack(p uint32) {
+// planRelease starts a planned release: the handler drains, then the lease
+// ends with cause.
+func (m *Machine) planRelease(p uint32, cause error) {
 	s := &m.parts[p]
-	m.emit(ActRevoke, s.token, false)
-	m.emit(ActPublish, s.token, true)
-	s.observe(Claim{Token: s.token, Released: true})
+	s.phase = Releasing
+	s.endCause = cause
+	m.startCall(p, releaseCall, s.token, m.cfg.ReleaseTicks)
+	m.emit(Action{Kind: ActRelease, Token: s.token})
+}
+
+// giveBack ends this node's grant of p with cause and publishes its
+// release, so the next owner may claim without waiting out a grace period.
+// cleanup: the handler acquired the lease and gets an after-the-fact
+// ActRelease.
+func (m *Machine) giveBack(p uint32, cause error, cleanup bool) {
+	s := &m.parts[p]
+	t := s.token
+	m.end(p, cause, cleanup)
+	m.emit(Action{Kind: ActPublish, Token: t, Released: true})
+	s.observe(Claim{Token: t, Released: true})
+}
+
+// end ends the lease of p with cause and leaves the partition Unowned.
+// cleanup asks for an after-the-fact ActRelease when the handler holds the
+// lease (Owned); a lease lost while its Acquire runs gets one when Acquire
+// succeeds.
+func (m *Machine) end(p uint32, cause error, cleanup bool) {
+	s := &m.parts[p]
+	t := s.token
+	m.emit(Action{Kind: ActEnd, Token: t, Cause: cause})
+	switch {
+	case s.phase == Acquiring:
+		s.lostCause = cause
+	case s.phase == Owned && cleanup:
+		m.startCall(p, releaseCall, t, m.cfg.ReleaseTicks)
+		m.emit(Action{Kind: ActRelease, Token: t, Cause: cause})
+	}
 	s.phase = Unowned
 	s.token = Token{}
+	s.floor = Token{}
+}
+
+// failed counts a failure in a row for p and sets its backoff.
+func (m *Machine) failed(p uint32) {
+	s := &m.parts[p]
+	s.failures++
+	s.retryAt = m.now + m.backoff(s.failures)
+}
+
+// backoff returns the wait after n failures in a row: RetryTicks doubled
+// n-1 times, at most MaxRetryTicks, less up to half of it at random.
+func (m *Machine) backoff(n int) uint64 {
+	if m.cfg.Knobs != nil && m.cfg.Knobs.NoClaimBackoff {
+		return 0
+	}
+	d := uint64(m.cfg.RetryTicks)
+	for i := 1; i < n && d < uint64(m.cfg.MaxRetryTicks); i++ {
+		d *= 2
+	}
+	d = min(d, uint64(m.cfg.MaxRetryTicks))
+	if m.cfg.Rand != nil && d > 1 {
+		d -= m.cfg.Rand.Uint64N(d/2 + 1)
+	}
+	return d
 }
 
 // observe raises the highest claim known for the partition to c, if c is
@@ -424,38 +839,45 @@ func (s *part) observe(c Claim) bool {
 }
 
 // lose ends this node's grant of p because a higher token exists.
-func (m *Machine) lose(p uint32, higher Token) {
+func (m *Machine) lose(p uint32, higher Token, cause error) {
 	s := &m.parts[p]
 	if higher.Compare(s.mark) > 0 {
 		s.mark = higher
 	}
 	s.observe(Claim{Token: higher})
-	if s.phase >= Acquiring {
-		m.emit(ActRevoke, s.token, false)
+	if s.phase >= Fencing {
+		m.end(p, cause, true)
 	}
 	s.phase = Unowned
-	s.token = Token{}
 	// A live member holds the partition: stay out until the view changes,
 	// so two nodes with different views don't fence each other in turn.
 	// A dead or former self holds nothing that needs respecting.
-	if m.live(higher) {
+	if m.live(higher) && (m.cfg.Knobs == nil || !m.cfg.Knobs.ForgetFencedView) {
 		s.fencedView = m.view
 	}
 }
 
-// live reports whether t's owner is another node present in the current
-// placement.
+// live reports whether t's owner is another node in the current view.
 func (m *Machine) live(t Token) bool {
 	if t.Owner == m.cfg.Self.Name {
 		return false // us, or our previous incarnation
 	}
-	return m.place != nil && m.place.Has(t.Owner)
+	_, ok := slices.BinarySearch(m.members, t.Owner)
+	return ok
 }
 
 // wants reports whether this node should hold p now.
 func (m *Machine) wants(p uint32) bool {
-	return m.place != nil && !m.leaving && m.quorum &&
-		m.place.Owner(p) == m.cfg.Self.Name
+	return m.place != nil && !m.leaving && m.q.ok && m.place.Owner(p) == m.cfg.Self.Name
+}
+
+// stepDown reports whether the quorum has been missing long enough to end
+// every lease.
+func (m *Machine) stepDown() bool {
+	if m.cfg.Knobs != nil && m.cfg.Knobs.NoStepDown {
+		return false
+	}
+	return !m.q.ok && m.noQuorum > m.cfg.StepDownTicks
 }
 
 func (m *Machine) stepAll() {
@@ -467,25 +889,29 @@ func (m *Machine) stepAll() {
 // step moves partition p as far as it can go without new input.
 func (m *Machine) step(p uint32) {
 	s := &m.parts[p]
-	if m.stepDown() && s.phase >= Acquiring {
+	if s.phase >= Fencing && m.stepDown() {
 		// L4: no quorum for too long; stop serving. The release is queued
 		// for gossip: it reaches the others after the heal, so a node that
 		// claimed the partition meanwhile with a lower epoch learns it is
 		// free instead of waiting for this node.
-		m.giveBack(p)
+		m.giveBack(p, ErrLeaseNoQuorum, true)
 		return
 	}
 	switch s.phase {
 	case Owned:
-		if !m.wants(p) && m.quorum {
+		if !m.wants(p) && (m.q.ok || m.leaving) {
 			// Planned move or leave: drain, then release.
-			s.phase = Releasing
-			m.emit(ActRelease, s.token, false)
+			m.planRelease(p, ErrLeaseReleased)
 		}
 	case Unowned:
 		if !m.wants(p) {
-			s.waitFor = Claim{}
+			s.waitFor, s.wanting = Claim{}, false
 			return
+		}
+		if !s.wanting {
+			h := s.holder
+			s.wanting, s.wantSince = true, m.now
+			s.failover = !h.Token.IsZero() && !h.Released && h.Token.Owner != m.cfg.Self.Name && !m.live(h.Token)
 		}
 		if s.fencedView == m.view && !s.holder.Released {
 			// Fenced out by a live rival: don't contest it until the view
@@ -493,25 +919,21 @@ func (m *Machine) step(p uint32) {
 			return
 		}
 		s.fencedView = 0
-		if m.now < s.retryAt {
+		if !m.mayClaim(p) || m.now < s.retryAt || s.call != noCall {
 			return
 		}
-		if !m.mayClaim(p) {
-			return
-		}
+		s.waitFor = Claim{}
 		s.phase = Claiming
 		seen := s.holder.Token
 		if s.mark.Compare(seen) > 0 {
 			seen = s.mark
 		}
-		m.emitClaim(p, seen)
+		if s.hasAnswer {
+			seen = s.answer
+		}
+		seen.Partition = p
+		m.emit(Action{Kind: ActClaim, Partition: p, Token: seen})
 	}
-}
-
-// stepDown reports whether the quorum has been missing long enough to
-// revoke every lease.
-func (m *Machine) stepDown() bool {
-	return !m.quorum && m.noQuorum >= m.cfg.StepDownTicks
 }
 
 // mayClaim decides, for an unowned partition the ring assigns here, whether
@@ -520,7 +942,6 @@ func (m *Machine) mayClaim(p uint32) bool {
 	s := &m.parts[p]
 	h := s.holder
 	if h.Token.IsZero() || h.Released || h.Token.Owner == m.cfg.Self.Name {
-		s.waitFor = Claim{}
 		return true
 	}
 	if s.waitFor != h {
@@ -529,22 +950,19 @@ func (m *Machine) mayClaim(p uint32) bool {
 	waited := m.now - s.waitSince
 	if m.live(h.Token) {
 		// A planned move: the holder releases when it sees the same ring.
-		if m.cfg.HandoffTicks == 0 || waited < uint64(m.cfg.HandoffTicks) {
+		if waited < uint64(m.cfg.HandoffTicks) {
 			return false
 		}
 	} else if waited < uint64(m.cfg.GraceTicks) {
 		// The holder left without a release: give it the grace period.
 		return false
 	}
-	s.waitFor = Claim{}
 	return true
 }
 
-func (m *Machine) emit(k ActionKind, t Token, released bool) {
-	m.out = append(m.out, Action{Kind: k, Partition: t.Partition, Token: t, Released: released})
-}
-
-func (m *Machine) emitClaim(p uint32, seen Token) {
-	seen.Partition = p
-	m.out = append(m.out, Action{Kind: ActClaim, Partition: p, Token: seen})
+func (m *Machine) emit(a Action) {
+	if a.Partition == 0 {
+		a.Partition = a.Token.Partition
+	}
+	m.out = append(m.out, a)
 }

@@ -1,43 +1,63 @@
 package ownership
 
 import (
-	"bufio"
 	"errors"
+	"flag"
 	"fmt"
 	"hash/fnv"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tenure-go/tenure/internal/script"
 )
 
-// Scripts under testdata/machine drive one Machine with a line per input and
-// list, on the lines starting with "> " that follow it, exactly the actions
-// that input must produce (no "> " lines: no action). Lines starting with
-// "#" are comments. The first line must be a config command.
+var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the script tests")
+
+// Scripts under testdata/machine drive one Machine, a command per input;
+// the output of each command is the actions it produced (Ready), one per
+// line, or the answer of a query. The first command must be config.
 //
-//	config self=a:1 partitions=4 grace=2 handoff=0 stepdown=1 retry=0
-//	placement members=a,b owners=a,a,b,b
-//	quorum ok|lost
+//	config self=a:1 partitions=4 [grace= handoff= stepdown= stableafter= retry= maxretry=
+//	       acquire= release= minquorum=] [bootstrap] [fenced] [strict] [knobs=a,b]
+//	view members=a,b owners=a,a,b,b|none [left=c] [leaving=b] [shows=b:2:a,b,c]
+//	heard-stable v=2 members=a,b,c
 //	tick [n]
 //	heard p0 e1/b:2 [released]
-//	claimed p0 e1/a:1 | claimed p0 err=conflict [current=e3/b:1 [partition=unset]] | err=boom
+//	claimed p0 e1/a:1 | claimed p0 err=conflict [current=e3/b:1|none] [partition=unset] | err=boom
+//	fenced p0 e1/a:1 [stale=e2/b:1 | err=boom]
 //	acquired p0 e1/a:1 [stale=e2/b:1 | err=boom]
 //	rejected p0 e1/a:1 current=e2/b:1
+//	notfenced p0 e1/a:1
+//	resign p0 e1/a:1 [ended]
 //	released p0 e1/a:1
 //	leave
-//	state p0 owned e1/a:1     (asserts the phase and token)
-//	idle true|false           (asserts Machine.Idle)
+//	state p0        (prints the phase and token)
+//	idle            (prints Machine.Idle)
+//	quorum          (prints the quorum and the stable membership)
 func TestMachineScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/machine/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts: %v", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
-	}
+	script.Run(t, "testdata/machine/*.txt", *rewrite, func(t *testing.T) func(script.Cmd) (string, error) {
+		var m *Machine
+		return func(c script.Cmd) (string, error) {
+			if m == nil && c.Name != "config" {
+				return "", errors.New("the first command must be config")
+			}
+			var err error
+			m, err = machineCommand(m, c)
+			if err != nil {
+				return "", err
+			}
+			var out []string
+			if q := queryMachine(m, c); q != "" {
+				out = append(out, q)
+			}
+			for _, a := range m.Ready() {
+				out = append(out, a.String())
+			}
+			return strings.Join(out, "\n"), nil
+		}
+	})
 }
 
 type scriptPlacement struct {
@@ -52,152 +72,156 @@ func (s *scriptPlacement) Owner(p uint32) string {
 	}
 	return s.owners[p]
 }
-func (s *scriptPlacement) Has(m string) bool { return slices.Contains(s.members, m) }
 func (s *scriptPlacement) Fingerprint() uint64 {
 	h := fnv.New64a()
 	fmt.Fprint(h, s.members, s.owners)
 	return h.Sum64()
 }
 
-func runScript(t *testing.T, path string) {
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
+func list(s string) []string {
+	if s == "" {
+		return nil
 	}
-	defer f.Close()
-	var (
-		m       *Machine
-		lines   []string
-		lineNos []int
-	)
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		lines = append(lines, strings.TrimSpace(sc.Text()))
-		lineNos = append(lineNos, n)
-	}
-	for i := 0; i < len(lines); i++ {
-		line := lines[i]
-		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ">") {
-			if strings.HasPrefix(line, ">") {
-				t.Fatalf("%s:%d: expected action without an input before it", path, lineNos[i])
-			}
-			continue
-		}
-		var want []string
-		for i+1 < len(lines) && strings.HasPrefix(lines[i+1], ">") {
-			i++
-			want = append(want, strings.TrimSpace(strings.TrimPrefix(lines[i], ">")))
-		}
-		where := fmt.Sprintf("%s:%d: %s", path, lineNos[i-len(want)], line)
-		if m == nil && !strings.HasPrefix(line, "config ") {
-			t.Fatalf("%s: first command must be config", where)
-		}
-		var err error
-		m, err = applyCommand(m, line)
-		if err != nil {
-			t.Fatalf("%s: %v", where, err)
-		}
-		var got []string
-		for _, a := range m.Ready() {
-			got = append(got, a.String())
-		}
-		if !slices.Equal(got, want) {
-			t.Fatalf("%s\n got actions:\n  > %s\nwant actions:\n  > %s", where,
-				strings.Join(got, "\n  > "), strings.Join(want, "\n  > "))
-		}
-	}
+	return strings.Split(s, ",")
 }
 
-func applyCommand(m *Machine, line string) (*Machine, error) {
-	f := strings.Fields(line)
-	args := map[string]string{}
-	var pos []string
-	for _, a := range f[1:] {
-		if k, v, ok := strings.Cut(a, "="); ok {
-			args[k] = v
-		} else {
-			pos = append(pos, a)
-		}
-	}
+func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 	atoi := func(k string) int {
-		n, _ := strconv.Atoi(args[k])
+		n, _ := strconv.Atoi(c.Args[k])
 		return n
 	}
-	switch f[0] {
+	has := func(w string) bool { return slices.Contains(c.Pos, w) }
+	switch c.Name {
 	case "config":
-		self, err := parseNode(args["self"])
+		self, err := parseNode(c.Args["self"])
 		if err != nil {
 			return nil, err
 		}
+		knobs := &TestingKnobs{}
+		for _, k := range list(c.Args["knobs"]) {
+			switch k {
+			case "skipfence":
+				knobs.SkipFence = true
+			case "firstview":
+				knobs.StableFromFirstView = true
+			case "nobackoff":
+				knobs.NoClaimBackoff = true
+			case "nostepdown":
+				knobs.NoStepDown = true
+			case "forgetview":
+				knobs.ForgetFencedView = true
+			case "half":
+				knobs.HalfIsQuorum = true
+			default:
+				return nil, fmt.Errorf("unknown knob %q", k)
+			}
+		}
 		return NewMachine(MachineConfig{Self: self, Partitions: atoi("partitions"),
+			Bootstrap: has("bootstrap"), Fenced: has("fenced"), StrictAuthority: has("strict"),
+			MinQuorum:  atoi("minquorum"),
 			GraceTicks: atoi("grace"), HandoffTicks: atoi("handoff"),
-			StepDownTicks: atoi("stepdown"), RetryTicks: atoi("retry")})
-	case "placement":
-		return m, m.SetPlacement(&scriptPlacement{
-			members: strings.Split(args["members"], ","),
-			owners:  strings.Split(args["owners"], ","),
-		})
-	case "quorum":
-		m.SetQuorum(len(pos) == 1 && pos[0] == "ok")
+			StepDownTicks: atoi("stepdown"), StableAfterTicks: atoi("stableafter"),
+			RetryTicks: atoi("retry"), MaxRetryTicks: atoi("maxretry"),
+			AcquireTicks: atoi("acquire"), ReleaseTicks: atoi("release"), Knobs: knobs})
+	case "view":
+		v := View{Left: list(c.Args["left"])}
+		shows := map[string]StableID{}
+		for _, s := range strings.Fields(strings.ReplaceAll(c.Args["shows"], ";", " ")) {
+			name, rest, _ := strings.Cut(s, ":")
+			ver, members, _ := strings.Cut(rest, ":")
+			n, err := strconv.ParseUint(ver, 10, 64)
+			if err != nil {
+				return m, fmt.Errorf("shows=%s: %v", s, err)
+			}
+			shows[name] = NewStable(n, strings.Split(members, "+")).ID()
+		}
+		leaving := list(c.Args["leaving"])
+		members := list(c.Args["members"])
+		for _, n := range members {
+			v.Members = append(v.Members, ViewMember{Name: n, Stable: shows[n], Leaving: slices.Contains(leaving, n)})
+		}
+		if o := c.Args["owners"]; o != "none" {
+			v.Placement = &scriptPlacement{members: members, owners: list(o)}
+		}
+		return m, m.SetView(v)
+	case "heard-stable":
+		n, _ := strconv.ParseUint(c.Args["v"], 10, 64)
+		m.HeardStable(NewStable(n, list(c.Args["members"])))
 	case "tick":
 		n := 1
-		if len(pos) == 1 {
-			n, _ = strconv.Atoi(pos[0])
+		if len(c.Pos) == 1 {
+			n, _ = strconv.Atoi(c.Pos[0])
 		}
 		for range n {
 			m.Tick()
 		}
 	case "leave":
 		m.Leave()
-	case "heard", "claimed", "acquired", "rejected", "released", "state":
-		if len(pos) < 1 {
+	case "heard", "claimed", "fenced", "acquired", "rejected", "notfenced", "resign", "released":
+		if len(c.Pos) < 1 {
 			return m, errors.New("want a partition")
 		}
-		p64, err := strconv.ParseUint(strings.TrimPrefix(pos[0], "p"), 10, 32)
+		p, err := parsePartition(c.Pos[0])
 		if err != nil {
 			return m, err
 		}
-		p := uint32(p64)
 		var tok Token
-		if len(pos) >= 2 && f[0] != "state" {
-			if tok, err = parseToken(p, pos[1]); err != nil {
+		if len(c.Pos) >= 2 {
+			if tok, err = parseToken(p, c.Pos[1]); err != nil {
 				return m, err
 			}
 		}
-		switch f[0] {
+		switch c.Name {
 		case "heard":
-			m.Heard(Claim{Token: tok, Released: slices.Contains(pos, "released")})
+			m.Heard(Claim{Token: tok, Released: has("released")})
 		case "claimed":
-			m.Claimed(p, tok, scriptErr(p, args))
+			m.Claimed(p, tok, scriptErr(p, c.Args))
+		case "fenced":
+			m.Fenced(tok, scriptErr(p, c.Args))
 		case "acquired":
-			m.Acquired(tok, scriptErr(p, args))
+			m.Acquired(tok, scriptErr(p, c.Args))
 		case "rejected":
-			cur, err := parseToken(p, args["current"])
+			cur, err := parseToken(p, c.Args["current"])
 			if err != nil {
 				return m, err
 			}
 			m.Rejected(tok, cur)
+		case "notfenced":
+			m.NotFenced(tok)
+		case "resign":
+			m.Resign(tok, has("ended"))
 		case "released":
 			m.Released(tok)
-		case "state":
-			ph, got := m.Phase(p)
-			want := strings.Join(pos[1:], " ")
-			have := ph.String()
-			if ph != Unowned {
-				have += " " + tokenShort(got)
-			}
-			if have != want {
-				return m, fmt.Errorf("state p%d = %q, want %q", p, have, want)
-			}
 		}
-	case "idle":
-		if got := fmt.Sprint(m.Idle()); got != pos[0] {
-			return m, fmt.Errorf("idle = %s, want %s", got, pos[0])
-		}
+	case "state", "idle", "quorum":
 	default:
-		return m, fmt.Errorf("unknown command %q", f[0])
+		return m, fmt.Errorf("unknown command %q", c.Name)
 	}
 	return m, nil
+}
+
+// queryMachine answers the query commands.
+func queryMachine(m *Machine, c script.Cmd) string {
+	switch c.Name {
+	case "state":
+		p, _ := parsePartition(c.Pos[0])
+		ph, tok := m.Phase(p)
+		s := ph.String()
+		if !tok.IsZero() {
+			s += " " + tokenShort(tok)
+		}
+		return s
+	case "idle":
+		return fmt.Sprint(m.Idle())
+	case "quorum":
+		return fmt.Sprintf("quorum=%v stable=%v", m.Quorum(), m.Stable())
+	}
+	return ""
+}
+
+func parsePartition(s string) (uint32, error) {
+	p, err := strconv.ParseUint(strings.TrimPrefix(s, "p"), 10, 32)
+	return uint32(p), err
 }
 
 func scriptErr(p uint32, args map[string]string) error {
@@ -213,9 +237,12 @@ func scriptErr(p uint32, args map[string]string) error {
 		return nil
 	case "conflict":
 		if c, ok := args["current"]; ok {
-			cur, err := parseToken(p, c)
-			if err != nil {
-				return err
+			var cur Token
+			if c != "none" {
+				var err error
+				if cur, err = parseToken(p, c); err != nil {
+					return err
+				}
 			}
 			if args["partition"] == "unset" { // an authority that leaves it zero
 				return &ConflictError{Current: cur}

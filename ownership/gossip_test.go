@@ -1,0 +1,199 @@
+package ownership
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"testing"
+)
+
+func gossipSamples(t testing.TB, keys *Keyring) []GossipMessage {
+	reg, err := NewRegister(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.ObserveClaim(Claim{Token: keys.Sign(Token{Partition: 1, Epoch: 3, Owner: "a", Incarnation: 7})})
+	reg.ObserveClaim(Claim{Token: keys.Sign(Token{Partition: 5, Epoch: 1, Owner: "b", Incarnation: 9}), Released: true})
+	return []GossipMessage{
+		{Kind: GossipClaim, Cluster: "c1", Sender: "a", Claim: Claim{Token: keys.Sign(Token{Partition: 2, Epoch: 4, Owner: "a", Incarnation: 7})}},
+		{Kind: GossipClaim, Cluster: "", Sender: "a", Claim: Claim{Token: keys.Sign(Token{Partition: 2, Epoch: 4, Owner: "a", Incarnation: 7}), Released: true}},
+		{Kind: GossipStable, Cluster: "c1", Sender: "b", Stable: NewStable(3, []string{"c", "a", "b"})},
+		{Kind: GossipStable, Cluster: "c1", Sender: "b"},
+		{Kind: GossipState, Cluster: "c1", Sender: "b", Stable: NewStable(2, []string{"a", "b"}), Register: reg},
+		{Kind: GossipState, Cluster: "c1", Sender: "b", Register: reg},
+	}
+}
+
+func sameGossip(a, b GossipMessage) bool {
+	if a.Kind != b.Kind || a.Cluster != b.Cluster || a.Sender != b.Sender || a.Claim != b.Claim ||
+		a.Stable.ID() != b.Stable.ID() || (a.Register == nil) != (b.Register == nil) {
+		return false
+	}
+	if a.Register != nil {
+		x, _ := a.Register.MarshalBinary()
+		y, _ := b.Register.MarshalBinary()
+		return bytes.Equal(x, y)
+	}
+	return true
+}
+
+func TestGossipRoundTrip(t *testing.T) {
+	keys, _ := NewKeyring(macTestKey(1))
+	for _, k := range []*Keyring{nil, keys} {
+		for _, m := range gossipSamples(t, k) {
+			b, err := m.Seal(k)
+			if err != nil {
+				t.Fatalf("Seal(%+v): %v", m, err)
+			}
+			got, err := OpenGossip(b, m.Cluster, k)
+			if err != nil {
+				t.Fatalf("OpenGossip(Seal(%+v)): %v", m, err)
+			}
+			if !sameGossip(got, m) {
+				t.Fatalf("round trip: got %+v, want %+v", got, m)
+			}
+			if again, _ := got.Seal(k); !bytes.Equal(again, b) {
+				t.Fatalf("encoding is not canonical: %x then %x", b, again)
+			}
+		}
+	}
+}
+
+// Issue 11, defect 2: gossip from another cluster, unsigned gossip in a
+// keyed cluster, a forged MAC, and a forged token inside a signed message
+// are all refused.
+func TestOpenGossipRefuses(t *testing.T) {
+	keys, _ := NewKeyring(macTestKey(1))
+	other, _ := NewKeyring(macTestKey(2))
+	m := gossipSamples(t, keys)[0]
+
+	plain, _ := m.Seal(nil)
+	if _, err := OpenGossip(plain, "c2", nil); !errors.Is(err, ErrWrongCluster) {
+		t.Errorf("another cluster's claim: %v, want ErrWrongCluster", err)
+	}
+	if _, err := OpenGossip(plain, "c1", keys); !errors.Is(err, ErrBadMAC) {
+		t.Errorf("unsigned claim in a keyed cluster: %v, want ErrBadMAC", err)
+	}
+	forged, _ := m.Seal(other)
+	if _, err := OpenGossip(forged, "c1", keys); !errors.Is(err, ErrBadMAC) {
+		t.Errorf("claim sealed under another key: %v, want ErrBadMAC", err)
+	}
+	signed, _ := m.Seal(keys)
+	for i := range signed {
+		b := bytes.Clone(signed)
+		b[i] ^= 0x01
+		if _, err := OpenGossip(b, "c1", keys); err == nil {
+			t.Fatalf("a flipped bit at %d went unnoticed", i)
+		}
+	}
+	// A keyholder relaying a token nobody signed: the message MAC verifies,
+	// the token's does not.
+	bad := m
+	bad.Claim.Token = Token{Partition: 2, Epoch: math.MaxUint64, Owner: "x", Incarnation: 1}
+	b, _ := bad.Seal(keys)
+	if _, err := OpenGossip(b, "c1", keys); !errors.Is(err, ErrBadMAC) {
+		t.Errorf("unsigned token in a signed message: %v, want ErrBadMAC", err)
+	}
+	st := gossipSamples(t, keys)[4]
+	st.Register.ObserveClaim(Claim{Token: Token{Partition: 7, Epoch: 1, Owner: "x", Incarnation: 1}})
+	b, _ = st.Seal(keys)
+	if _, err := OpenGossip(b, "c1", keys); !errors.Is(err, ErrBadMAC) {
+		t.Errorf("unsigned token in a signed register: %v, want ErrBadMAC", err)
+	}
+}
+
+func TestOpenGossipRejectsMalformed(t *testing.T) {
+	good, _ := gossipSamples(t, nil)[2].Seal(nil)
+	cases := map[string][]byte{
+		"empty":          nil,
+		"old claim":      mustClaim(t, Claim{Token: Token{Partition: 1, Epoch: 1, Owner: "a"}}),
+		"bad kind":       append([]byte{gossipMagic, gossipVersion, 9}, good[3:]...),
+		"unknown flag":   append([]byte{gossipMagic, gossipVersion, 2, 0x80}, good[4:]...),
+		"truncated":      good[:len(good)-1],
+		"trailing":       append(bytes.Clone(good), 0),
+		"no sender":      {gossipMagic, gossipVersion, 2, 0, 2, 'c', '1', 0, 1, 1, 1, 'a'},
+		"unsorted":       {gossipMagic, gossipVersion, 2, 0, 2, 'c', '1', 1, 'a', 1, 2, 1, 'b', 1, 'a'},
+		"version 0 with": {gossipMagic, gossipVersion, 2, 0, 2, 'c', '1', 1, 'a', 0, 1, 1, 'a'},
+		"huge count":     {gossipMagic, gossipVersion, 2, 0, 2, 'c', '1', 1, 'a', 1, 0xff, 0x7f},
+	}
+	for name, b := range cases {
+		if _, err := OpenGossip(b, "c1", nil); !errors.Is(err, ErrMalformedToken) {
+			t.Errorf("%s: %v, want ErrMalformedToken", name, err)
+		}
+	}
+}
+
+func mustClaim(t *testing.T, c Claim) []byte {
+	b, err := c.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Issue 11, defect 2: one forged claim with epoch 2^64-1 made a partition
+// unclaimable ("epoch exhausted"). A heard claim may raise an epoch by at
+// most MaxEpochJump, and the gossip authority can still mint above what
+// is left.
+func TestObserveHeardBoundsTheEpochJump(t *testing.T) {
+	r, _ := NewRegister(4)
+	a, _ := NewGossipAuthority(r, nil)
+	forged := Claim{Token: Token{Partition: 1, Epoch: math.MaxUint64, Owner: "evil", Incarnation: 1}}
+	if changed, err := r.ObserveHeard(forged); changed || !errors.Is(err, ErrMalformedToken) {
+		t.Fatalf("ObserveHeard(epoch 2^64-1) = %v, %v; want refused", changed, err)
+	}
+	ok := Claim{Token: Token{Partition: 1, Epoch: MaxEpochJump, Owner: "b", Incarnation: 1}}
+	if changed, err := r.ObserveHeard(ok); !changed || err != nil {
+		t.Fatalf("ObserveHeard(a jump of exactly MaxEpochJump) = %v, %v", changed, err)
+	}
+	if changed, err := r.ObserveHeard(Claim{Token: Token{Partition: 1, Epoch: 2*MaxEpochJump + 1, Owner: "b", Incarnation: 1}}); changed || err == nil {
+		t.Fatalf("a second jump above the bound was accepted")
+	}
+	tok, err := a.Claim(t.Context(), 1, Node{Name: "a", Incarnation: 2}, Token{})
+	if err != nil || tok.Epoch != MaxEpochJump+1 {
+		t.Fatalf("claim after the jump = %v, %v", tok, err)
+	}
+}
+
+func FuzzOpenGossip(f *testing.F) {
+	keys, _ := NewKeyring(macTestKey(1))
+	for _, k := range []*Keyring{nil, keys} {
+		for _, m := range gossipSamples(f, k) {
+			b, err := m.Seal(k)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(b, k != nil)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte, keyed bool) {
+		k := (*Keyring)(nil)
+		if keyed {
+			k = keys
+		}
+		m, err := OpenGossip(b, "c1", k)
+		if err != nil {
+			if m.Kind != 0 || m.Register != nil {
+				t.Fatalf("error %v with a non-zero message %+v", err, m)
+			}
+			return
+		}
+		again, err := m.Seal(k)
+		if err != nil {
+			t.Fatalf("Seal of an opened message: %v", err)
+		}
+		want := b
+		if !keyed && b[3]&gossipFlagMAC != 0 {
+			// A node without keys accepts a signed message; re-sealed
+			// without keys it loses the flag and the MAC.
+			want = bytes.Clone(b[:len(b)-MACSize])
+			want[3] &^= gossipFlagMAC
+		}
+		if !keyed && !bytes.Equal(again, want) {
+			t.Fatalf("not canonical: %x decoded, %x encoded", b, again)
+		}
+		if keyed && !bytes.Equal(again, b) {
+			t.Fatalf("not canonical: %x decoded, %x encoded", b, again)
+		}
+	})
+}

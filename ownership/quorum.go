@@ -1,0 +1,185 @@
+package ownership
+
+import "slices"
+
+// quorum decides whether a node sees enough of the cluster to keep its
+// leases (L4), and keeps the stable membership it counts against. It is
+// part of the Machine and runs on its logical clock.
+//
+// The stable membership changes in five ways, each to a version one above
+// the highest known:
+//
+//   - bootstrap: the node that founds a cluster starts with itself;
+//   - all fresh: when every member of an unchanged view (for StableAfter
+//     ticks) has no stable membership yet, a new cluster forms from it;
+//   - join: at once when the view holds all of it (a superset can't be a
+//     minority of anything);
+//   - leave: at once when a member leaves gracefully: it said goodbye, so it
+//     is not on the other side of a split. If the view held a quorum just
+//     before, the stable set becomes the view, which drops members that
+//     crashed earlier too: otherwise a crash followed by a graceful leave in
+//     a 3-node cluster would leave the last node counting the crashed one;
+//   - promotion: when the view stayed unchanged for StableAfter and holds a
+//     quorum of the stable set. A minority cut off from the rest loses sight
+//     of the others one at a time; with StableAfter longer than that spread
+//     it can never promote itself into a quorum.
+//
+// A heard stable membership with a higher ID replaces the node's own. A
+// member whose metadata shows a higher ID than the node's makes it
+// outdated: it has no quorum and asks that member for its state. This is
+// what keeps a node that restarts on the minority side of a split, or that
+// sat on the far side of a split that later reshaped, from counting a
+// quorum the cluster no longer gives it.
+type quorum struct {
+	self        string
+	bootstrap   bool
+	min         int
+	stableAfter uint64
+	knobs       *TestingKnobs
+
+	stable    Stable
+	view      []string            // members seen now, sorted, self included
+	ids       map[string]StableID // stable ID each member of the view shows
+	viewSince uint64              // tick of the last change of view
+	hasView   bool
+	ok        bool
+	outdated  bool
+	asked     map[string]StableID // ActSync already emitted for member at ID
+}
+
+// A ViewMember is one member of a view of the membership, as gossip shows
+// it.
+type ViewMember struct {
+	Name string
+	// Stable is the ID of the stable membership the member holds (from its
+	// metadata); zero if it has none yet or says nothing.
+	Stable StableID
+	// Leaving: the member is handing its partitions off before it leaves.
+	// It is still a member (it counts for quorum and still serves what it
+	// holds) but places no partitions.
+	Leaving bool
+}
+
+// setView records a new view. left names members that left gracefully
+// since the last view. It reports whether the stable membership changed.
+func (q *quorum) setView(now uint64, members []ViewMember, left []string) bool {
+	names := make([]string, 0, len(members))
+	ids := make(map[string]StableID, len(members))
+	for _, m := range members {
+		names = append(names, m.Name)
+		ids[m.Name] = m.Stable
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	wasOK, prev := q.ok, q.view
+	if !q.hasView || !slices.Equal(names, q.view) {
+		q.viewSince = now
+	}
+	q.view, q.ids, q.hasView = names, ids, true
+	changed := false
+	if q.min == 0 && q.stable.Known() && !q.outdated {
+		for _, x := range left {
+			if !q.stable.Has(x) || slices.Contains(names, x) {
+				continue
+			}
+			if wasOK && slices.Contains(prev, x) {
+				q.stable = NewStable(q.stable.Version+1, names)
+			} else {
+				q.stable = NewStable(q.stable.Version+1, slices.DeleteFunc(slices.Clone(q.stable.Members), func(m string) bool { return m == x }))
+			}
+			changed = true
+		}
+	}
+	return q.eval(now) || changed
+}
+
+// heard merges a stable membership heard from another node and reports
+// whether it replaced this node's.
+func (q *quorum) heard(now uint64, s Stable) bool {
+	if q.knobs != nil && q.knobs.StableFromFirstView {
+		return false
+	}
+	if !s.valid() || s.ID().Compare(q.stable.ID()) <= 0 {
+		return false
+	}
+	q.stable = s
+	q.eval(now)
+	return true
+}
+
+// eval applies the rules above at tick now and reports whether the stable
+// membership changed. It also updates ok and outdated.
+func (q *quorum) eval(now uint64) bool {
+	changed := false
+	if q.knobs != nil && q.knobs.StableFromFirstView && !q.stable.Known() && q.hasView {
+		// The defect this knob restores: a node trusts its own first view.
+		q.stable, changed = NewStable(1, q.view), true
+	}
+	if !q.stable.Known() {
+		switch {
+		case q.bootstrap:
+			q.stable, changed = NewStable(1, []string{q.self}), true
+		case q.hasView && q.allFresh() && now-q.viewSince >= q.stableAfter:
+			q.stable, changed = NewStable(1, q.view), true
+		}
+	}
+	q.outdated = false
+	for _, m := range q.view {
+		if q.ids[m].Compare(q.stable.ID()) > 0 && (q.knobs == nil || !q.knobs.StableFromFirstView) {
+			q.outdated = true
+		}
+	}
+	if q.stable.Known() && !q.outdated && q.hasView && !slices.Equal(q.view, q.stable.Members) {
+		switch {
+		case containsAll(q.view, q.stable.Members):
+			q.stable, changed = NewStable(q.stable.Version+1, q.view), true
+		case now-q.viewSince >= q.stableAfter && q.count(q.view):
+			q.stable, changed = NewStable(q.stable.Version+1, q.view), true
+		}
+	}
+	switch {
+	case q.min > 0:
+		q.ok = len(q.view) >= q.min
+	default:
+		q.ok = q.stable.Known() && !q.outdated && q.count(q.view)
+	}
+	return changed
+}
+
+// count reports whether seen holds a quorum of the stable membership.
+func (q *quorum) count(seen []string) bool {
+	if q.knobs != nil && q.knobs.HalfIsQuorum {
+		return 2*countIn(seen, q.stable.Members) >= len(q.stable.Members) && len(q.stable.Members) > 0
+	}
+	return quorumCount(q.stable.Members, seen)
+}
+
+// allFresh reports whether no member of the view holds a stable
+// membership.
+func (q *quorum) allFresh() bool {
+	for _, m := range q.view {
+		if q.ids[m] != (StableID{}) {
+			return false
+		}
+	}
+	return true
+}
+
+// toAsk returns the members that show a stable membership above this
+// node's and have not been asked for it yet, and marks them asked.
+func (q *quorum) toAsk() []string {
+	var out []string
+	own := q.stable.ID()
+	for _, m := range q.view {
+		id := q.ids[m]
+		if m == q.self || id.Compare(own) <= 0 || q.asked[m] == id {
+			continue
+		}
+		if q.asked == nil {
+			q.asked = make(map[string]StableID)
+		}
+		q.asked[m] = id
+		out = append(out, m)
+	}
+	return out
+}

@@ -1,0 +1,138 @@
+package ownership
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+)
+
+// Stable is a stable membership: the member set a node counts its quorum
+// against (L4). Nodes gossip it, and it merges by taking the higher ID, so
+// a node that restarts, joins, or comes back from the other side of a
+// split learns the cluster's stable membership instead of trusting its own
+// first view.
+//
+// The zero Stable (version 0) is "not known yet": a node that holds it has
+// no quorum.
+type Stable struct {
+	// Version counts changes: every node that changes the stable membership
+	// takes one above the highest it knows.
+	Version uint64
+	// Members are the member names, sorted and distinct.
+	Members []string
+}
+
+// StableID names a stable membership compactly, for node metadata: two
+// Stables with the same ID are the same. The zero StableID is the zero
+// Stable's.
+type StableID struct {
+	Version uint64
+	Hash    uint64 // of the members; 0 for version 0
+}
+
+// Compare orders IDs by version, then by hash, so that two different sets
+// made with the same version by nodes that could not hear each other are
+// ordered the same way everywhere.
+func (a StableID) Compare(b StableID) int {
+	if c := cmp.Compare(a.Version, b.Version); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Hash, b.Hash)
+}
+
+func (a StableID) String() string {
+	if a.Version == 0 {
+		return "v0"
+	}
+	return fmt.Sprintf("v%d/%04x", a.Version, a.Hash&0xffff)
+}
+
+// NewStable returns the stable membership version v of members (copied,
+// sorted, duplicates dropped).
+func NewStable(v uint64, members []string) Stable {
+	ms := slices.Clone(members)
+	slices.Sort(ms)
+	return Stable{Version: v, Members: slices.Compact(ms)}
+}
+
+// ID returns s's ID.
+func (s Stable) ID() StableID {
+	if s.Version == 0 {
+		return StableID{}
+	}
+	h := fnv.New64a()
+	for _, m := range s.Members {
+		h.Write([]byte(m))
+		h.Write([]byte{0})
+	}
+	return StableID{Version: s.Version, Hash: h.Sum64()}
+}
+
+// Known reports whether s is a stable membership at all (version above 0).
+func (s Stable) Known() bool { return s.Version > 0 }
+
+// Has reports whether m is a member of s.
+func (s Stable) Has(m string) bool {
+	_, ok := slices.BinarySearch(s.Members, m)
+	return ok
+}
+
+func (s Stable) String() string {
+	if !s.Known() {
+		return "v0{}"
+	}
+	return fmt.Sprintf("v%d{%s}", s.Version, strings.Join(s.Members, ","))
+}
+
+// valid reports whether s is well formed: sorted, distinct, non-empty
+// names, and members exactly when the version is above 0.
+func (s Stable) valid() bool {
+	if s.Version == 0 {
+		return len(s.Members) == 0
+	}
+	if len(s.Members) == 0 {
+		return false
+	}
+	for i, m := range s.Members {
+		if m == "" || len(m) > MaxOwnerSize || i > 0 && s.Members[i-1] >= m {
+			return false
+		}
+	}
+	return true
+}
+
+// quorumCount reports whether seen (sorted names, the members a node sees)
+// holds a quorum of the stable membership: more than half of its members,
+// or exactly half when that half holds the lowest-named member. The
+// tie-breaker keeps an even stable set (say {a,b,c,d}, or {a,c} after b
+// left while c was down) from halting when half of it is gone: of two
+// disjoint halves only the one with the lowest name counts.
+func quorumCount(stable []string, seen []string) bool {
+	if len(stable) == 0 {
+		return false
+	}
+	n := countIn(seen, stable)
+	if 2*n > len(stable) {
+		return true
+	}
+	if 2*n < len(stable) {
+		return false
+	}
+	_, lowest := slices.BinarySearch(seen, stable[0])
+	return lowest
+}
+
+// countIn counts the names of sub found in sorted set.
+func countIn(sub, set []string) int {
+	n := 0
+	for _, m := range sub {
+		if _, found := slices.BinarySearch(set, m); found {
+			n++
+		}
+	}
+	return n
+}
+
+func containsAll(set, sub []string) bool { return countIn(sub, set) == len(sub) }
