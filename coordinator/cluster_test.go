@@ -215,11 +215,11 @@ func (tc *testCluster) why(n *testNode) string {
 	for p := range testPartitions {
 		owner := t.Owner(uint32(p))
 		cl := n.c.reg.GetClaim(uint32(p))
-		l := n.c.leases[p].Load()
+		l := n.c.leases.lookup(uint32(p))
 		if cl.Released || cl.Token.Owner != owner || (owner == n.name) != (l != nil) {
 			s := fmt.Sprintf("p%d ring owner %s, claim %v, lease %v", p, owner, cl, l)
 			if o := tc.node(owner); o != nil {
-				s += fmt.Sprintf("; at owner: claim %v, lease %v", o.c.reg.GetClaim(uint32(p)), o.c.leases[p].Load())
+				s += fmt.Sprintf("; at owner: claim %v, lease %v", o.c.reg.GetClaim(uint32(p)), o.c.leases.lookup(uint32(p)))
 			}
 			return s
 		}

@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +19,16 @@ import (
 
 // Handler is the application's side of ownership. The coordinator calls it
 // from its own goroutines, concurrently for different partitions but never
-// concurrently for the same lease. Both calls may block until ctx ends.
+// concurrently for the same partition (unless a call overran its deadline,
+// AcquireTimeout or ReleaseTimeout, and was abandoned). Both calls may block
+// until ctx ends.
+//
+// For every lease whose Acquire returned nil, Release is called exactly
+// once: before the lease ends for a planned move (the ring moved the
+// partition, Leave, Resign), or after it ended for a lease that was lost
+// (a higher token exists, the quorum was lost, the resource lost its fence,
+// the Release deadline passed, Close). lease.Err() says which: nil means
+// drain, anything else names the cause and the handler only cleans up.
 type Handler interface {
 	// Acquire is called when this node has been granted lease, after the
 	// coordinator fenced Config.Fence (if set) with its token. Fence every
@@ -25,13 +36,16 @@ type Handler interface {
 	// reading its state or serving (S2). An error ending in a
 	// *ownership.StaleTokenError means another owner is ahead: the lease is
 	// dropped and not claimed again until membership changes. Any other
-	// error gives the claim back and retries after Config.RetryInterval.
+	// error gives the claim back and retries after a backoff (RetryInterval,
+	// doubling). Callers get the lease (Coordinator.Lease) only after
+	// Acquire returned nil.
 	Acquire(ctx context.Context, lease *ownership.Lease) error
-	// Release is called when the ring moves the partition away or the node
-	// leaves. Drain in-flight work for the partition and return; the lease's
-	// context is cancelled after Release returns or when ctx expires
-	// (Config.ReleaseTimeout), and only then is the release published and the
-	// next owner claims.
+	// Release is called once for every lease Acquire accepted (see
+	// Handler). For a planned move the lease is live: new callers no longer
+	// get it; drain the writes in flight and return. The lease ends when
+	// Release returns or when ctx expires (ReleaseTimeout), whichever comes
+	// first, and only then is the release published and the next owner
+	// claims. For a lost lease, lease.Err() is not nil: clean up and return.
 	Release(ctx context.Context, lease *ownership.Lease) error
 }
 
@@ -79,17 +93,22 @@ func (systemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
 func SystemClock() Clock { return systemClock{} }
 
 // Config configures a Coordinator. Build one from a preset (LocalConfig,
-// LANConfig, WANConfig) and set Name, Handler and the addresses.
+// LANConfig, WANConfig) and set Name, Handler and the addresses. Zero
+// means "the default" for every field: a field left zero in a Config built
+// by hand takes the LAN preset's value (the lines "Default:" below give the
+// presets' values, and a test holds them to it).
 type Config struct {
 	// Name identifies the node in the cluster; unique and stable across
-	// restarts (the incarnation tells restarts apart). Required.
+	// restarts (the incarnation tells restarts apart). At most 128 bytes.
+	// Required.
 	Name string
-	// ClusterName: nodes with a different cluster name are refused. Default
-	// "tenure".
+	// ClusterName: nodes with a different cluster name are refused, and so
+	// is gossip that names another cluster.
+	// Default: "tenure".
 	ClusterName string
-	// BindAddr and BindPort: where gossip listens (UDP and TCP). Port 0
-	// picks a free port. Default 127.0.0.1:0 in LocalConfig, 0.0.0.0:7946
-	// otherwise.
+	// BindAddr and BindPort: where gossip listens (UDP and TCP). A BindPort
+	// of 0 picks a free port (the LAN and WAN presets set 7946).
+	// Default: BindAddr "0.0.0.0" (LAN, WAN), "127.0.0.1" (local).
 	BindAddr string
 	BindPort int
 	// AdvertiseAddr and AdvertisePort: the gossip address others use, when
@@ -101,11 +120,16 @@ type Config struct {
 	// callers where a key's owner listens. Optional, at most 128 bytes.
 	ServiceAddr string
 	// Seeds are gossip addresses (host:port) joined by Start and re-joined
-	// every RejoinInterval so a healed network partition merges again.
+	// every RejoinInterval so a healed network partition merges again. A
+	// node with no seeds founds a cluster of its own; a node with seeds
+	// learns the cluster's stable membership from them before it claims
+	// anything (a whole cluster whose nodes all list each other as seeds
+	// forms once its view has been unchanged for StableAfter).
 	Seeds []string
 
 	// Ring places partitions on members. Every node of a cluster must use
-	// the same Ring config. Default ring.DefaultConfig().
+	// the same Ring config.
+	// Default: ring.DefaultConfig().
 	Ring ring.Config
 
 	// Handler is told of acquired and released leases. Required.
@@ -114,12 +138,17 @@ type Config struct {
 	// Handler.Acquire (the resource the partitions protect). Optional: the
 	// handler may fence its resources itself.
 	Fence ownership.Fence
-	// Authority mints tokens. Default: the gossip authority (epochs from
-	// the gossiped max-epoch register; no external system). Use the SQL
-	// authority (ownership/sqlfence) for strict issuance (S4).
+	// Authority mints tokens. The SQL authority (ownership/sqlfence) gives
+	// strict issuance (S4).
+	// Default: the gossip authority (epochs from the gossiped max-epoch
+	// register; no external system).
 	Authority ownership.Authority
 	// TokenKeys, when set, signs every token with a MAC (the first key;
-	// the others are accepted for rotation). Optional.
+	// the others are accepted for rotation), and authenticates gossip: every
+	// message must carry a MAC under these keys, and so must every token in
+	// it and every token a resource reports as current (ReportStale).
+	// Without them the cluster trusts whatever reaches its gossip port.
+	// Optional.
 	TokenKeys *ownership.Keyring
 
 	// GossipKeys encrypt gossip (AES, 16, 24 or 32 bytes each). The first
@@ -132,35 +161,51 @@ type Config struct {
 	Label string
 
 	// TickInterval is the ownership state machine's logical tick: the
-	// resolution of every timer below. Default 50 ms (local), 100 ms (LAN).
+	// resolution of every timer below.
+	// Default: LAN 100ms, WAN 250ms, local 20ms.
 	TickInterval time.Duration
 	// Grace is the wait before claiming the partitions of a node that left
 	// the membership without releasing them (a crash or a partition). A
 	// longer grace lets a cut-off owner step down before it is fenced
-	// (fewer rejected writes); a shorter one fails over sooner. Choose it
-	// above StepDown plus the spread of failure detection across nodes:
-	// while nodes disagree on who is gone, both sides of a split can count
-	// a quorum for a moment, and a claim made then fences a healthy owner.
-	// Safety does not depend on it. Default: 10 s (LAN), 1.5 s (local).
+	// (fewer rejected writes); a shorter one fails over sooner. It must
+	// exceed StepDown plus the spread of failure detection across nodes
+	// (an isolated node detects the others' absence later than they detect
+	// its own): while nodes disagree on who is gone, both sides of a split
+	// can count a quorum for a moment. Safety does not depend on it.
+	// Default: LAN 10s, WAN 30s, local 2.5s.
 	Grace time.Duration
-	// StepDown is how long a node that can't see a quorum of the last
-	// stable membership keeps serving before it revokes every lease (L4).
-	// Default: 4 s (LAN).
+	// StepDown is how long a node that can't see a quorum of the stable
+	// membership keeps serving before it ends every lease (L4).
+	// Default: LAN 4s, WAN 15s, local 500ms.
 	StepDown time.Duration
 	// HandoffTimeout is the longest a new owner waits for a live previous
 	// owner to release a partition before claiming it anyway (fencing the
-	// previous owner). 0 waits forever. Default: 10 s.
+	// previous owner).
+	// Default: LAN 10s, WAN 30s, local 2s.
 	HandoffTimeout time.Duration
-	// AcquireTimeout and ReleaseTimeout bound Handler calls (and the
-	// fence and authority calls). Default 5 s each.
+	// AcquireTimeout and ReleaseTimeout bound Handler calls (and the fence
+	// and authority calls). Past ReleaseTimeout the lease ends even if
+	// Release has not returned.
+	// Default: LAN 5s, WAN 5s, local 2s.
 	AcquireTimeout time.Duration
+	// Default: LAN 5s, WAN 5s, local 2s.
 	ReleaseTimeout time.Duration
-	// RetryInterval is the wait after a failed claim or acquire. Default 1 s.
+	// RetryInterval is the first wait after a failed claim, fence or
+	// acquire (or a Resign); it doubles with each failure in a row, up to
+	// MaxRetryInterval, with jitter.
+	// Default: LAN 1s, WAN 1s, local 100ms.
 	RetryInterval time.Duration
+	// Default: LAN 30s, WAN 30s, local 3s.
+	MaxRetryInterval time.Duration
 	// RejoinInterval is how often the node re-joins its seeds and the
 	// members it knew that it no longer sees (memberlist never probes a
-	// dead node again). Default 5 s (local: 1 s).
+	// dead node again).
+	// Default: LAN 5s, WAN 15s, local 500ms.
 	RejoinInterval time.Duration
+	// ReconnectTimeout is how long a member that vanished without leaving
+	// (a crash or a partition) is re-joined before it is forgotten.
+	// Default: LAN 24h, WAN 72h, local 1m.
+	ReconnectTimeout time.Duration
 	// StableAfter: a membership unchanged for this long becomes the stable
 	// membership against which quorum is counted, provided it holds a
 	// quorum of the previous stable one. It must exceed the spread of
@@ -169,29 +214,38 @@ type Config struct {
 	// sight of the others one at a time, could shrink its stable set step
 	// by step and keep a quorum. Longer is safer; the cost is that the
 	// stable set follows crashes slowly, so several crashes within
-	// StableAfter count against the older, larger set. Default: 30 s (LAN),
-	// 60 s (WAN), 5 s (local).
+	// StableAfter count against the older, larger set.
+	// Default: LAN 30s, WAN 60s, local 5s.
 	StableAfter time.Duration
 	// MinQuorum, when > 0, replaces the majority rule: a node has a quorum
 	// when it sees at least MinQuorum members (itself included). Use 1 to
-	// turn quorum checks off (two-node clusters, say).
+	// turn quorum checks off (two-node clusters, say). Zero: the majority
+	// rule.
 	MinQuorum int
 	// LeaveTimeout bounds the broadcast of the leave message after the
-	// handoff. Default 1 s.
+	// handoff.
+	// Default: LAN 1s, WAN 1s, local 500ms.
 	LeaveTimeout time.Duration
 
 	// Memberlist is the base memberlist configuration the presets choose.
 	// Name, addresses, delegates, keys and label are overwritten from the
-	// fields above; the timings are used as they are. Default
-	// memberlist.DefaultLANConfig().
+	// fields above; the timings are used as they are. The coordinator never
+	// changes the caller's copy.
+	// Default: memberlist.DefaultLANConfig(), with DeadNodeReclaimTime 30s.
 	Memberlist *memberlist.Config
 
 	// Logger receives the coordinator's logs (and memberlist's, at debug
-	// level). Default: discard.
+	// level). Warnings are for what needs a person; expected races (a claim
+	// lost to a concurrent claimant, say) log at debug.
+	// Default: discard.
 	Logger *slog.Logger
-	// Clock drives the tick. Default SystemClock().
+	// Clock drives the tick.
+	// Default: SystemClock().
 	Clock Clock
-	// Rand draws the incarnation. Default: a fresh random source.
+	// Rand draws the jitter of retries. It does not choose the incarnation,
+	// which always comes from crypto/rand so that no two lives of a node
+	// share a token, however Rand is seeded.
+	// Default: a source seeded from crypto/rand.
 	Rand *rand.Rand
 }
 
@@ -201,21 +255,23 @@ func LANConfig() Config {
 	ml := memberlist.DefaultLANConfig()
 	ml.DeadNodeReclaimTime = 30 * time.Second
 	return Config{
-		ClusterName:    "tenure",
-		BindAddr:       "0.0.0.0",
-		BindPort:       7946,
-		Ring:           ring.DefaultConfig(),
-		TickInterval:   100 * time.Millisecond,
-		StepDown:       5 * time.Second,
-		Grace:          10 * time.Second,
-		HandoffTimeout: 10 * time.Second,
-		AcquireTimeout: 5 * time.Second,
-		ReleaseTimeout: 5 * time.Second,
-		RetryInterval:  time.Second,
-		RejoinInterval: 5 * time.Second,
-		StableAfter:    30 * time.Second,
-		LeaveTimeout:   time.Second,
-		Memberlist:     ml,
+		ClusterName:      "tenure",
+		BindAddr:         "0.0.0.0",
+		BindPort:         7946,
+		Ring:             ring.DefaultConfig(),
+		TickInterval:     100 * time.Millisecond,
+		StepDown:         4 * time.Second,
+		Grace:            10 * time.Second,
+		HandoffTimeout:   10 * time.Second,
+		AcquireTimeout:   5 * time.Second,
+		ReleaseTimeout:   5 * time.Second,
+		RetryInterval:    time.Second,
+		MaxRetryInterval: 30 * time.Second,
+		RejoinInterval:   5 * time.Second,
+		ReconnectTimeout: 24 * time.Hour,
+		StableAfter:      30 * time.Second,
+		LeaveTimeout:     time.Second,
+		Memberlist:       ml,
 	}
 }
 
@@ -231,6 +287,7 @@ func WANConfig() Config {
 	c.Grace = 30 * time.Second
 	c.HandoffTimeout = 30 * time.Second
 	c.RejoinInterval = 15 * time.Second
+	c.ReconnectTimeout = 72 * time.Hour
 	c.StableAfter = 60 * time.Second
 	return c
 }
@@ -255,13 +312,15 @@ func LocalConfig() Config {
 	c.BindAddr = "127.0.0.1"
 	c.BindPort = 0
 	c.TickInterval = 20 * time.Millisecond
-	c.StepDown = time.Second
-	c.Grace = 1500 * time.Millisecond
+	c.StepDown = 500 * time.Millisecond
+	c.Grace = 2500 * time.Millisecond
 	c.HandoffTimeout = 2 * time.Second
 	c.AcquireTimeout = 2 * time.Second
 	c.ReleaseTimeout = 2 * time.Second
 	c.RetryInterval = 100 * time.Millisecond
+	c.MaxRetryInterval = 3 * time.Second
 	c.RejoinInterval = 500 * time.Millisecond
+	c.ReconnectTimeout = time.Minute
 	c.StableAfter = 5 * time.Second
 	c.LeaveTimeout = 500 * time.Millisecond
 	return c
@@ -274,11 +333,21 @@ func (c Config) Validate() error {
 	return err
 }
 
+// WithDefaults returns c with every zero field set to its default (the LAN
+// preset's value), or the first problem with c. It does not change c. New
+// uses it; so can a caller that needs an effective value before New (the
+// partition count: WithDefaults().Ring.Partitions).
+func (c Config) WithDefaults() (Config, error) { return c.withDefaults() }
+
 func (c Config) withDefaults() (Config, error) {
 	d := LANConfig()
-	if c.ClusterName == "" {
-		c.ClusterName = d.ClusterName
+	str := func(p *string, def string) {
+		if *p == "" {
+			*p = def
+		}
 	}
+	str(&c.ClusterName, d.ClusterName)
+	str(&c.BindAddr, d.BindAddr)
 	if c.Ring == (ring.Config{}) {
 		c.Ring = d.Ring
 	}
@@ -293,10 +362,13 @@ func (c Config) withDefaults() (Config, error) {
 	dur(&c.TickInterval, d.TickInterval)
 	dur(&c.StepDown, d.StepDown)
 	dur(&c.Grace, d.Grace)
+	dur(&c.HandoffTimeout, d.HandoffTimeout)
 	dur(&c.AcquireTimeout, d.AcquireTimeout)
 	dur(&c.ReleaseTimeout, d.ReleaseTimeout)
 	dur(&c.RetryInterval, d.RetryInterval)
+	dur(&c.MaxRetryInterval, d.MaxRetryInterval)
 	dur(&c.RejoinInterval, d.RejoinInterval)
+	dur(&c.ReconnectTimeout, d.ReconnectTimeout)
 	dur(&c.StableAfter, d.StableAfter)
 	dur(&c.LeaveTimeout, d.LeaveTimeout)
 	if c.Logger == nil {
@@ -304,6 +376,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Clock == nil {
 		c.Clock = SystemClock()
+	}
+	if c.Rand == nil {
+		var seed [16]byte
+		if _, err := crand.Read(seed[:]); err != nil {
+			return c, fmt.Errorf("coordinator: seed: %w", err)
+		}
+		c.Rand = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])))
 	}
 	switch {
 	case c.Name == "":
@@ -317,9 +396,11 @@ func (c Config) withDefaults() (Config, error) {
 	case c.Handler == nil:
 		return c, errors.New("coordinator: Config.Handler is nil")
 	case c.TickInterval < 0 || c.StepDown < 0 || c.Grace < 0 || c.HandoffTimeout < 0 ||
-		c.AcquireTimeout < 0 || c.ReleaseTimeout < 0 || c.RetryInterval < 0 ||
-		c.RejoinInterval < 0 || c.StableAfter < 0 || c.LeaveTimeout < 0:
+		c.AcquireTimeout < 0 || c.ReleaseTimeout < 0 || c.RetryInterval < 0 || c.MaxRetryInterval < 0 ||
+		c.RejoinInterval < 0 || c.ReconnectTimeout < 0 || c.StableAfter < 0 || c.LeaveTimeout < 0:
 		return c, errors.New("coordinator: Config durations must not be negative")
+	case c.MaxRetryInterval < c.RetryInterval:
+		return c, fmt.Errorf("coordinator: Config.MaxRetryInterval %v is below RetryInterval %v", c.MaxRetryInterval, c.RetryInterval)
 	case c.MinQuorum < 0:
 		return c, errors.New("coordinator: Config.MinQuorum must not be negative")
 	case c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535:
@@ -342,4 +423,26 @@ func (c Config) ticks(d time.Duration) int {
 		return 0
 	}
 	return int((d + c.TickInterval - 1) / c.TickInterval)
+}
+
+// machineConfig is the state machine's configuration for node self.
+func (c Config) machineConfig(self ownership.Node) ownership.MachineConfig {
+	strict := c.Authority != nil && c.Authority.Strict()
+	return ownership.MachineConfig{
+		Self:             self,
+		Partitions:       c.Ring.Partitions,
+		Bootstrap:        len(c.Seeds) == 0,
+		MinQuorum:        c.MinQuorum,
+		Fenced:           c.Fence != nil,
+		StrictAuthority:  strict,
+		GraceTicks:       c.ticks(c.Grace),
+		HandoffTicks:     c.ticks(c.HandoffTimeout),
+		StepDownTicks:    c.ticks(c.StepDown),
+		StableAfterTicks: c.ticks(c.StableAfter),
+		RetryTicks:       c.ticks(c.RetryInterval),
+		MaxRetryTicks:    c.ticks(c.MaxRetryInterval),
+		AcquireTicks:     c.ticks(c.AcquireTimeout),
+		ReleaseTicks:     c.ticks(c.ReleaseTimeout),
+		Rand:             c.Rand,
+	}
 }

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,26 +37,31 @@ type Coordinator struct {
 	self ownership.Node
 	log  *slog.Logger
 
-	reg  *ownership.Register
-	auth ownership.Authority
-	view atomic.Pointer[view]
-	// leases holds this node's live lease per partition (Owned or
-	// Releasing), for the lock-free Lease lookup.
-	leases []atomic.Pointer[ownership.Lease]
+	reg    *ownership.Register // claims heard and made, gossiped
+	auth   ownership.Authority
+	view   atomic.Pointer[view]
+	leases *registry // written by the loop only; Lease reads its served slots
+	stable atomic.Pointer[ownership.Stable]
 
-	ml     *memberlist.Memberlist
-	mlKeys *memberlist.Keyring
-	bq     *memberlist.TransmitLimitedQueue
-	meta   []byte
+	pushMu   sync.Mutex // serializes memberlist's UpdateNode
+	metaMu   sync.Mutex
+	metaVal  meta
+	meta     atomic.Pointer[[]byte]
+	quorumOK atomic.Bool
+
+	ml         *memberlist.Memberlist
+	gossipAddr string // set by Start
+	mlKeys     *memberlist.Keyring
+	bq         *memberlist.TransmitLimitedQueue
 
 	inbox    inbox
 	nodes    nodeSet
 	memberCh chan struct{} // cap 1: membership changed
-	results  chan result
+	inputs   chan input
 	leaveCh  chan struct{}
 	idleCh   chan struct{} // closed by the loop when idle after Leave
 
-	ctx    context.Context // ends at Close: parent of every lease
+	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -72,7 +80,8 @@ type Coordinator struct {
 // claimRetransmitFactor multiplies memberlist's RetransmitMult for claims.
 const claimRetransmitFactor = 3
 
-// view is what the hot paths read: the table and where members listen.
+// view is what the hot paths read: the table (over the members that are
+// not leaving) and where every member listens.
 type view struct {
 	table   *ring.Table
 	members map[string]ownership.Member
@@ -85,7 +94,11 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	inc, err := incarnation(cfg)
+	// The machine draws its jitter on the loop goroutine: give it a source
+	// of its own, so a Rand shared by several coordinators is drawn from
+	// only here.
+	cfg.Rand = rand.New(rand.NewPCG(cfg.Rand.Uint64(), cfg.Rand.Uint64()))
+	inc, err := incarnation()
 	if err != nil {
 		return nil, err
 	}
@@ -99,37 +112,40 @@ func New(cfg Config) (*Coordinator, error) {
 		log:      cfg.Logger.With("node", cfg.Name),
 		reg:      reg,
 		auth:     cfg.Authority,
-		leases:   make([]atomic.Pointer[ownership.Lease], cfg.Ring.Partitions),
 		memberCh: make(chan struct{}, 1),
-		results:  make(chan result, 64),
+		inputs:   make(chan input, 64),
 		leaveCh:  make(chan struct{}),
 		idleCh:   make(chan struct{}),
 		inbox:    inbox{signal: make(chan struct{}, 1)},
 		metrics:  newMetrics(),
 	}
 	c.subs.tap = c.observeEvent
+	c.leases = newRegistry(cfg.Ring.Partitions, func(t ownership.Token) {
+		c.report(input{kind: inEnded, token: t})
+	})
 	if c.auth == nil {
 		if c.auth, err = ownership.NewGossipAuthority(reg, cfg.TokenKeys); err != nil {
 			return nil, err
 		}
+		c.cfg.Authority = c.auth
 	}
-	c.meta, err = meta{
+	c.stable.Store(&ownership.Stable{})
+	c.metaVal = meta{
 		Cluster:     cfg.ClusterName,
 		RingVersion: ring.AlgorithmVersion,
 		Incarnation: inc,
 		ServiceAddr: cfg.ServiceAddr,
-	}.encode()
-	if err != nil {
+	}
+	if err := c.updateMeta(func(*meta) {}); err != nil {
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
 
-func incarnation(cfg Config) (uint64, error) {
-	if cfg.Rand != nil {
-		return cfg.Rand.Uint64() | 1, nil
-	}
+// incarnation draws the incarnation from crypto/rand: it must never repeat
+// across the lives of a node (S3), however Config.Rand is seeded.
+func incarnation() (uint64, error) {
 	var b [8]byte
 	if _, err := crand.Read(b[:]); err != nil {
 		return 0, fmt.Errorf("coordinator: incarnation: %w", err)
@@ -137,12 +153,41 @@ func incarnation(cfg Config) (uint64, error) {
 	return binary.LittleEndian.Uint64(b[:]) | 1, nil
 }
 
+// pushMeta gossips this node's current metadata. memberlist's UpdateNode
+// is not safe to run concurrently with itself: calls are serialized here.
+func (c *Coordinator) pushMeta() error {
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
+	return c.ml.UpdateNode(c.cfg.LeaveTimeout)
+}
+
+// updateMeta changes this node's metadata with fn and re-encodes it.
+// Gossip sees it at the next memberlist UpdateNode.
+func (c *Coordinator) updateMeta(fn func(*meta)) error {
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	m := c.metaVal
+	fn(&m)
+	b, err := m.encode()
+	if err != nil {
+		return err
+	}
+	c.metaVal = m
+	c.meta.Store(&b)
+	return nil
+}
+
 // Self returns this node's name and incarnation.
 func (c *Coordinator) Self() ownership.Node { return c.self }
 
+// Config returns the effective configuration: the one given to New with
+// every default filled in.
+func (c *Coordinator) Config() Config { return c.cfg }
+
 // Start starts gossip, joins Config.Seeds (if any; at least one must answer
 // before ctx ends) and starts claiming the partitions the ring gives this
-// node. A node with no seeds starts a cluster of its own.
+// node once it has a quorum. A node with no seeds starts a cluster of its
+// own.
 func (c *Coordinator) Start(ctx context.Context) error {
 	err := ErrClosed
 	c.startOnce.Do(func() { err = c.start(ctx) })
@@ -173,6 +218,11 @@ func (c *Coordinator) start(ctx context.Context) error {
 	mc.Conflict = d
 	mc.Logger = slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)
 	mc.LogOutput = nil
+	tr, err := newTransport(&mc, mc.Logger)
+	if err != nil {
+		return err
+	}
+	mc.Transport = tr
 	c.bq = &memberlist.TransmitLimitedQueue{
 		NumNodes: func() int { return c.numMembers() },
 		// Claims are few and small, and a node that misses one waits a
@@ -184,9 +234,14 @@ func (c *Coordinator) start(ctx context.Context) error {
 	}
 	ml, err := memberlist.Create(&mc)
 	if err != nil {
+		_ = tr.Shutdown()
 		return fmt.Errorf("coordinator: start gossip: %w", err)
 	}
 	c.ml = ml
+	// memberlist's LocalNode is rewritten by UpdateNode without a lock the
+	// caller can take: read the address once, before anything updates it.
+	n := ml.LocalNode()
+	c.gossipAddr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 	c.started.Store(true)
 	if len(c.cfg.Seeds) > 0 {
 		if err := c.join(ctx, c.cfg.Seeds); err != nil {
@@ -196,14 +251,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 			return err
 		}
 	}
-	m, err := ownership.NewMachine(ownership.MachineConfig{
-		Self:          c.self,
-		Partitions:    c.cfg.Ring.Partitions,
-		GraceTicks:    c.cfg.ticks(c.cfg.Grace),
-		HandoffTicks:  c.cfg.ticks(c.cfg.HandoffTimeout),
-		StepDownTicks: c.cfg.ticks(c.cfg.StepDown),
-		RetryTicks:    c.cfg.ticks(c.cfg.RetryInterval),
-	})
+	m, err := ownership.NewMachine(c.cfg.machineConfig(c.self))
 	if err != nil {
 		_ = ml.Shutdown()
 		return err
@@ -214,7 +262,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 		defer c.wg.Done()
 		l.run()
 	}()
-	c.log.Info("started", "incarnation", c.self.Incarnation, "gossip", ml.LocalNode().Address())
+	c.log.Info("started", "incarnation", fmt.Sprintf("%016x", c.self.Incarnation), "gossip", c.gossipAddr, "seeds", len(c.cfg.Seeds))
 	return nil
 }
 
@@ -257,22 +305,30 @@ func (c *Coordinator) join(ctx context.Context, seeds []string) error {
 }
 
 // GossipAddr returns the address other nodes join this one at.
-func (c *Coordinator) GossipAddr() string {
-	if c.ml == nil {
-		return ""
-	}
-	n := c.ml.LocalNode()
-	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-}
+func (c *Coordinator) GossipAddr() string { return c.gossipAddr }
 
 // GossipKeyring returns memberlist's keyring for rotating gossip keys at
 // run time (AddKey, UseKey, RemoveKey), or nil when gossip isn't encrypted.
 func (c *Coordinator) GossipKeyring() *memberlist.Keyring { return c.mlKeys }
 
-// Leave hands off every partition this node holds (each handler drains and
-// releases, and the release is published so the next owner claims at once),
-// then leaves the gossip and closes the coordinator. If ctx ends first, the
-// remaining leases are revoked as in Close and ctx's error is returned.
+// Leaving reports whether Leave has been called.
+func (c *Coordinator) Leaving() bool { return c.leaving.Load() }
+
+// Leave hands off every partition this node holds and leaves the cluster:
+//
+//  1. it announces that it is leaving (in its gossip metadata): the others
+//     drop it from their ring at once, but it stays a member, so callers
+//     may still reach it and it still serves what it holds;
+//  2. each handler drains (Release) and the release is published, so the
+//     next owner claims at once (L2: no rejected write);
+//  3. it waits until the new holders are heard (at most HandoffTimeout),
+//     says goodbye to the gossip and closes the coordinator.
+//
+// After Leave, Owner, OwnerOfPartition, Table and Members keep answering
+// from the last view, so a leaving server can forward the calls still in
+// flight to the new owners; Lease answers with a *NotOwnerError. If ctx
+// ends first, the remaining leases end as in Close and ctx's error is
+// returned; if Close runs meanwhile, Leave returns ErrClosed.
 func (c *Coordinator) Leave(ctx context.Context) error {
 	if !c.started.Load() {
 		return ErrNotStarted
@@ -281,21 +337,16 @@ func (c *Coordinator) Leave(ctx context.Context) error {
 		return ErrClosed
 	}
 	c.subs.publish(Event{Kind: EventLeaving, Node: c.cfg.Name, Time: c.cfg.Clock.Now()})
-	var err error
-	select {
-	case c.leaveCh <- struct{}{}:
-		select {
-		case <-c.idleCh:
-			// Let the last releases go out before saying goodbye.
-			err = c.flushBroadcasts(ctx)
-		case <-ctx.Done():
-			err = ctx.Err()
+	if err := c.updateMeta(func(m *meta) { m.Leaving = true }); err == nil {
+		if err := c.pushMeta(); err != nil {
+			c.log.Debug("leave: metadata update", "err", err)
 		}
-	case <-ctx.Done():
-		err = ctx.Err()
 	}
-	if lerr := c.ml.Leave(c.cfg.LeaveTimeout); lerr != nil && err == nil {
-		c.log.Warn("leave broadcast", "err", lerr)
+	err := c.handOff(ctx)
+	if err == nil || !errors.Is(err, ErrClosed) {
+		if lerr := c.ml.Leave(c.cfg.LeaveTimeout); lerr != nil && err == nil {
+			c.log.Warn("leave broadcast", "err", lerr)
+		}
 	}
 	c.Close()
 	if err != nil {
@@ -304,48 +355,79 @@ func (c *Coordinator) Leave(ctx context.Context) error {
 	return nil
 }
 
-// flushBroadcasts waits until the broadcast queue is empty or ctx ends; the
-// releases are also in push/pull state, so this only speeds up the handoff.
-func (c *Coordinator) flushBroadcasts(ctx context.Context) error {
+// handOff releases every partition and waits for the new holders.
+func (c *Coordinator) handOff(ctx context.Context) error {
+	select {
+	case c.leaveCh <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
+	select {
+	case <-c.idleCh:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
 	tick, stop := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
 	defer stop()
-	deadline := time.NewTimer(c.cfg.LeaveTimeout)
+	deadline := time.NewTimer(c.cfg.HandoffTimeout)
 	defer deadline.Stop()
-	for c.bq.NumQueued() > 0 && c.numMembers() > 1 {
+	for !c.handedOff() || c.bq.NumQueued() > 0 && c.numMembers() > 1 {
 		select {
 		case <-tick:
 		case <-deadline.C:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-c.ctx.Done():
+			return ErrClosed
 		}
 	}
 	return nil
 }
 
-// Close stops the coordinator at once: every lease is revoked, gossip stops
-// without a goodbye (to the others, this is a crash), and every goroutine
-// ends before Close returns. It is idempotent.
+// handedOff reports whether every partition this node released last has a
+// new holder, as gossip shows.
+func (c *Coordinator) handedOff() bool {
+	v := c.view.Load()
+	if v == nil || v.table == nil {
+		return true
+	}
+	for p := range uint32(c.cfg.Ring.Partitions) {
+		cl := c.reg.GetClaim(p)
+		if cl.Token.Owner == c.self.Name && cl.Released && v.table.Owner(p) != c.self.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// Close stops the coordinator at once: every lease ends (the handlers are
+// told: Release with the lease already ended, bounded by ReleaseTimeout),
+// gossip stops without a goodbye (to the others, this is a crash), and the
+// coordinator's goroutines end before Close returns. memberlist's own
+// prober may run on for up to one probe interval: memberlist's Shutdown
+// does not wait for it. It is idempotent.
 func (c *Coordinator) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
 		c.cancel()
-		c.wg.Wait() // the loop ends leases and waits for its workers
 		if c.ml != nil {
+			// First, so joins and push/pulls in flight end now.
 			_ = c.ml.Shutdown()
 		}
-		for i := range c.leases {
-			if l := c.leases[i].Swap(nil); l != nil {
-				l.End(ErrClosed)
-			}
-		}
+		c.wg.Wait() // the loop ends leases and waits for its workers
 		c.subs.closeAll()
 		c.log.Info("closed")
 	})
 	return nil
 }
 
-// Table returns the current partition table (nil before Start).
+// Table returns the current partition table (nil before Start). While
+// every member is leaving, it is the last table there was.
 func (c *Coordinator) Table() *ring.Table {
 	if v := c.view.Load(); v != nil {
 		return v.table
@@ -356,17 +438,17 @@ func (c *Coordinator) Table() *ring.Table {
 // Owner returns the owner of key's partition as this node sees it.
 func (c *Coordinator) Owner(key []byte) (ownership.OwnerInfo, error) {
 	v := c.view.Load()
-	if v == nil {
+	if v == nil || v.table == nil {
 		return ownership.OwnerInfo{}, ownership.ErrNoOwner
 	}
 	p, owner := v.table.Lookup(key)
-	return c.ownerInfo(v, uint32(p), owner)
+	return c.ownerInfo(v, p, owner)
 }
 
 // OwnerOfPartition returns the owner of partition p as this node sees it.
 func (c *Coordinator) OwnerOfPartition(p uint32) (ownership.OwnerInfo, error) {
 	v := c.view.Load()
-	if v == nil || int(p) >= v.table.Partitions() {
+	if v == nil || v.table == nil || int(p) >= v.table.Partitions() {
 		return ownership.OwnerInfo{}, ownership.ErrNoOwner
 	}
 	return c.ownerInfo(v, p, v.table.Owner(p))
@@ -384,29 +466,31 @@ func (c *Coordinator) ownerInfo(v *view, p uint32, owner string) (ownership.Owne
 }
 
 // Lease returns this node's live lease on key's partition, or a
-// *ownership.NotOwnerError. The lease may end at any moment after it is returned:
-// pass its token to every write (the resource is the judge) and its context
-// to every call.
+// *ownership.NotOwnerError. The lease may end at any moment after it is
+// returned: pass its token to every write (the resource is the judge) and
+// its context to every call. A lease is returned only once it is fenced
+// and its Handler.Acquire has returned, and no more once its Release has
+// begun.
 func (c *Coordinator) Lease(key []byte) (*ownership.Lease, error) {
 	v := c.view.Load()
-	if v == nil {
+	if v == nil || v.table == nil {
 		return nil, ownership.ErrNoOwner
 	}
 	p, owner := v.table.Lookup(key)
-	return c.leaseOf(v, uint32(p), owner)
+	return c.leaseOf(v, p, owner)
 }
 
 // LeaseOfPartition is Lease for a partition number.
 func (c *Coordinator) LeaseOfPartition(p uint32) (*ownership.Lease, error) {
 	v := c.view.Load()
-	if v == nil || int(p) >= len(c.leases) {
+	if v == nil || v.table == nil || int(p) >= c.cfg.Ring.Partitions {
 		return nil, ownership.ErrNoOwner
 	}
 	return c.leaseOf(v, p, v.table.Owner(p))
 }
 
 func (c *Coordinator) leaseOf(v *view, p uint32, owner string) (*ownership.Lease, error) {
-	if l := c.leases[p].Load(); l != nil && l.Err() == nil {
+	if l := c.leases.lookup(p); l != nil {
 		return l, nil
 	}
 	info, err := c.ownerInfo(v, p, owner)
@@ -416,32 +500,100 @@ func (c *Coordinator) leaseOf(v *view, p uint32, owner string) (*ownership.Lease
 	return nil, &ownership.NotOwnerError{Owner: info}
 }
 
-// Members returns the members of the current table's view, sorted by name.
+// Members returns the members of the current view, leaving ones
+// included, sorted by name.
 func (c *Coordinator) Members() []ownership.Member {
 	v := c.view.Load()
 	if v == nil {
 		return nil
 	}
 	out := make([]ownership.Member, 0, len(v.members))
-	for _, name := range v.table.Members() {
-		out = append(out, v.members[name])
+	for _, m := range v.members {
+		out = append(out, m)
 	}
+	slices.SortFunc(out, func(a, b ownership.Member) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
+// Resign gives this node's lease on partition p back: the handler drains
+// (Release), the release is published, and the node backs off
+// (RetryInterval, doubling) before it claims the partition again. It
+// returns once the machine has taken the request, not when the release is
+// done; an error wrapping ownership.ErrLeaseEnded if the node holds no
+// lease on p. A handler that ends its lease with Lease.End is treated the
+// same way, without the drain.
+func (c *Coordinator) Resign(ctx context.Context, p uint32) error {
+	if !c.started.Load() {
+		return ErrNotStarted
+	}
+	if int(p) >= c.cfg.Ring.Partitions {
+		return fmt.Errorf("coordinator: resign p%d: %w", p, ownership.ErrPartitionRange)
+	}
+	done := make(chan error, 1)
+	select {
+	case c.inputs <- input{kind: inResign, partition: p, done: done}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("coordinator: resign p%d: %w", p, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
+}
+
 // ReportStale tells the coordinator that a write under one of its leases
-// was rejected by a fence: err is what the fence returned. If err holds a
-// *ownership.StaleTokenError for a lease of this node, the lease is revoked
-// at once (the node won't claim the partition again until membership
-// changes) and ReportStale returns true.
+// was refused by a resource: err is what the resource returned. It
+// reports whether err concerned a lease of this node:
+//
+//   - a *ownership.StaleTokenError for this node's token: the lease ends at
+//     once, and the node won't claim the partition again until membership
+//     changes (L5). The resource's current token is believed only if it is
+//     authentic (a valid MAC, when Config.TokenKeys is set) and no more
+//     than ownership.MaxEpochJump above what this node knows: a resource
+//     can't make a partition unclaimable;
+//   - a *ownership.NotFencedError for this node's token: the resource lost
+//     its fence (a reset, a restore); the lease ends, the handler is told,
+//     and a new lease is fenced, so the handler reads the resource again.
 func (c *Coordinator) ReportStale(err error) bool {
 	var st *ownership.StaleTokenError
-	if !errors.As(err, &st) || st.Token.Owner != c.self.Name || st.Token.Incarnation != c.self.Incarnation {
-		return false
+	var nf *ownership.NotFencedError
+	switch {
+	case errors.As(err, &st) && st.Token.Node() == c.self:
+		cur := st.Current
+		if cur.Partition != st.Token.Partition || cur.Compare(st.Token) <= 0 {
+			return false
+		}
+		if k := c.cfg.TokenKeys; k != nil {
+			if verr := k.Verify(cur); verr != nil {
+				c.log.Warn("stale report with an unauthentic current token", "token", st.Token, "current", cur, "err", verr)
+				return false
+			}
+		}
+		if known := max(c.reg.Get(cur.Partition).Epoch, st.Token.Epoch); cur.Epoch-known > ownership.MaxEpochJump {
+			c.log.Warn("stale report with an implausible current token", "token", st.Token, "current", cur)
+			return false
+		}
+		c.metrics.staleRejections.Inc()
+		return c.report(input{kind: inRejected, token: st.Token, current: cur})
+	case errors.As(err, &nf) && nf.Token.Node() == c.self:
+		return c.report(input{kind: inNotFenced, token: nf.Token})
 	}
-	c.metrics.staleRejections.Inc()
+	return false
+}
+
+// report hands an input to the loop unless the coordinator is closing.
+func (c *Coordinator) report(in input) bool {
 	select {
-	case c.results <- result{kind: resRejected, token: st.Token, current: st.Current}:
+	case c.inputs <- in:
 		return true
 	case <-c.ctx.Done():
 		return false
@@ -450,8 +602,8 @@ func (c *Coordinator) ReportStale(err error) bool {
 
 // WaitConverged blocks until this node's view is settled: every partition
 // is held, as gossip shows, by the member the ring assigns it to, this
-// node's own partitions are Owned here, and no lease is in transit. Call it
-// on every node to wait for a whole cluster.
+// node's own partitions are served here, and no lease is in transit. Call
+// it on every node to wait for a whole cluster.
 func (c *Coordinator) WaitConverged(ctx context.Context) error {
 	tick, stop := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
 	defer stop()
@@ -471,18 +623,18 @@ func (c *Coordinator) WaitConverged(ctx context.Context) error {
 
 func (c *Coordinator) converged() bool {
 	v := c.view.Load()
-	if v == nil {
+	if v == nil || v.table == nil {
 		return false
 	}
-	for p := 0; p < v.table.Partitions(); p++ {
-		owner := v.table.Owner(uint32(p))
-		cl := c.reg.GetClaim(uint32(p))
+	for p := range uint32(v.table.Partitions()) {
+		owner := v.table.Owner(p)
+		cl := c.reg.GetClaim(p)
 		if cl.Released || cl.Token.Owner != owner {
 			return false
 		}
-		l := c.leases[p].Load()
+		l := c.leases.lookup(p)
 		if owner == c.self.Name {
-			if l == nil || l.Token() != cl.Token {
+			if l == nil || !l.Token().Same(cl.Token) {
 				return false
 			}
 		} else if l != nil {

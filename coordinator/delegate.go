@@ -18,20 +18,28 @@ type delegate struct{ c *Coordinator }
 
 // NodeMeta implements memberlist.Delegate.
 func (d *delegate) NodeMeta(limit int) []byte {
-	if len(d.c.meta) > limit {
+	b := *d.c.meta.Load()
+	if len(b) > limit {
 		return nil // New checked it against memberlist's 512-byte limit
 	}
-	return d.c.meta
+	return b
 }
 
-// NotifyMsg implements memberlist.Delegate: a gossiped claim or release.
+// NotifyMsg implements memberlist.Delegate: a gossiped claim, release or
+// stable membership. Whatever fails OpenGossip's checks is dropped.
 func (d *delegate) NotifyMsg(b []byte) {
-	cl, err := ownership.ParseClaim(b)
+	m, err := ownership.OpenGossip(b, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
 	if err != nil {
-		d.c.log.Debug("dropped malformed claim", "err", err)
+		d.c.log.Debug("dropped gossip", "err", err)
+		d.c.metrics.gossipDropped.Inc()
 		return
 	}
-	d.c.inbox.push(cl)
+	switch m.Kind {
+	case ownership.GossipClaim:
+		d.c.inbox.push(heard{claims: []ownership.Claim{m.Claim}})
+	case ownership.GossipStable:
+		d.c.inbox.push(heard{stable: m.Stable})
+	}
 }
 
 // GetBroadcasts implements memberlist.Delegate.
@@ -39,12 +47,15 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.c.bq.GetBroadcasts(overhead, limit)
 }
 
-// LocalState implements memberlist.Delegate: the whole claim register, for
-// push/pull anti-entropy.
+// LocalState implements memberlist.Delegate: the stable membership and the
+// whole claim register, for push/pull anti-entropy.
 func (d *delegate) LocalState(join bool) []byte {
-	b, err := d.c.reg.MarshalBinary()
+	b, err := ownership.GossipMessage{
+		Kind: ownership.GossipState, Cluster: d.c.cfg.ClusterName, Sender: d.c.cfg.Name,
+		Stable: *d.c.stable.Load(), Register: d.c.reg,
+	}.Seal(d.c.cfg.TokenKeys)
 	if err != nil {
-		d.c.log.Error("encode register", "err", err)
+		d.c.log.Error("encode state", "err", err)
 		return nil
 	}
 	return b
@@ -55,16 +66,20 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	if len(buf) == 0 {
 		return
 	}
-	r, err := ownership.UnmarshalRegister(buf)
-	if err != nil || r.Partitions() != d.c.reg.Partitions() {
+	m, err := ownership.OpenGossip(buf, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
+	if err == nil && m.Register.Partitions() != d.c.reg.Partitions() {
+		err = fmt.Errorf("register of %d partitions, want %d", m.Register.Partitions(), d.c.reg.Partitions())
+	}
+	if err != nil {
 		d.c.log.Warn("dropped remote state", "err", err)
+		d.c.metrics.gossipDropped.Inc()
 		return
 	}
-	var cs []ownership.Claim
-	for cl := range r.All() {
-		cs = append(cs, cl)
+	h := heard{stable: m.Stable}
+	for cl := range m.Register.All() {
+		h.claims = append(h.claims, cl)
 	}
-	d.c.inbox.push(cs...)
+	d.c.inbox.push(h)
 }
 
 // NotifyJoin, NotifyLeave and NotifyUpdate implement memberlist.EventDelegate.
@@ -124,29 +139,49 @@ func (c *Coordinator) refusal(name string, md meta) error {
 	return nil
 }
 
-// claimBroadcast is one claim in memberlist's queue. It is named by its
-// partition, so a newer claim replaces an older one still queued.
-type claimBroadcast struct {
+// namedBroadcast is one message in memberlist's queue. It is named (by
+// the claim's partition, or "stable"), so a newer message replaces an
+// older one still queued.
+type namedBroadcast struct {
 	name string
 	msg  []byte
 }
 
-func (b *claimBroadcast) Invalidates(other memberlist.Broadcast) bool {
+func (b *namedBroadcast) Invalidates(other memberlist.Broadcast) bool {
 	o, ok := other.(memberlist.NamedBroadcast)
 	return ok && o.Name() == b.name
 }
-func (b *claimBroadcast) Name() string    { return b.name }
-func (b *claimBroadcast) Message() []byte { return b.msg }
-func (b *claimBroadcast) Finished()       {}
+func (b *namedBroadcast) Name() string    { return b.name }
+func (b *namedBroadcast) Message() []byte { return b.msg }
+func (b *namedBroadcast) Finished()       {}
 
-// broadcast queues cl for gossip.
-func (c *Coordinator) broadcast(cl ownership.Claim) {
-	msg, err := cl.MarshalBinary()
+// broadcast queues m for gossip under name.
+func (c *Coordinator) broadcast(name string, m ownership.GossipMessage) {
+	m.Cluster, m.Sender = c.cfg.ClusterName, c.cfg.Name
+	msg, err := m.Seal(c.cfg.TokenKeys)
 	if err != nil {
-		c.log.Error("encode claim", "claim", cl, "err", err)
+		c.log.Error("encode gossip", "err", err)
 		return
 	}
-	c.bq.QueueBroadcast(&claimBroadcast{name: strconv.FormatUint(uint64(cl.Token.Partition), 10), msg: msg})
+	c.bq.QueueBroadcast(&namedBroadcast{name: name, msg: msg})
+}
+
+// broadcastClaim queues cl for gossip.
+func (c *Coordinator) broadcastClaim(cl ownership.Claim) {
+	c.broadcast(strconv.FormatUint(uint64(cl.Token.Partition), 10), ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: cl})
+}
+
+// broadcastStable queues s for gossip, when it fits in a packet (push/pull
+// carries it in any case).
+func (c *Coordinator) broadcastStable(s ownership.Stable) {
+	n := 0
+	for _, m := range s.Members {
+		n += len(m) + 1
+	}
+	if n > 1000 {
+		return
+	}
+	c.broadcast("stable", ownership.GossipMessage{Kind: ownership.GossipStable, Stable: s})
 }
 
 // nodeSet is the coordinator's copy of memberlist's live members, with

@@ -18,9 +18,18 @@ const (
 	EventAcquired                          // this node now owns Partition under Token
 	EventReleased                          // this node's lease on Partition ended
 	EventLeaving                           // this node started a graceful Leave
+	// EventHolderChanged: this node learned a new holder of Partition
+	// (Node, under Token), from gossip or its own claim; Node is "" when
+	// the holder released it. With EventMemberLeft it tells a router that
+	// calls in flight to the old holder should move.
+	EventHolderChanged
+	// EventMemberLeaving: member Node announced a graceful Leave: it is
+	// out of the table and hands its partitions off (EventMemberLeft
+	// follows when it is gone).
+	EventMemberLeaving
 )
 
-var eventNames = [...]string{"", "member-joined", "member-left", "acquired", "released", "leaving"}
+var eventNames = [...]string{"", "member-joined", "member-left", "acquired", "released", "leaving", "holder-changed", "member-leaving"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -36,6 +45,9 @@ type Event struct {
 	Partition uint32
 	Token     ownership.Token
 	Time      time.Time
+	// Cause, for EventReleased: why the lease ended (it wraps
+	// ownership.ErrLeaseEnded; ownership.ErrLeaseReleased for a handoff).
+	Cause error
 }
 
 // Subscribe returns a channel of events with room for buf of them, and a

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -10,39 +11,29 @@ import (
 	"github.com/tenure-go/tenure/ring"
 )
 
-// resultKind says which machine input a result feeds.
-type resultKind uint8
+// The loop is a pump: one goroutine feeds the ownership state machine
+// every input (membership, gossip, worker results, reports, ticks) and
+// performs the actions it returns, in order. It decides nothing the
+// machine could decide. Slow work (authority, fence, handler, joins) runs
+// on worker goroutines that report back through inputs.
 
-const (
-	resClaimed resultKind = iota + 1
-	resAcquired
-	resReleased
-	resRejected
-)
-
-// result is the outcome of work done off the loop, sent back to it.
-type result struct {
-	kind      resultKind
-	partition uint32
-	token     ownership.Token
-	current   ownership.Token // resRejected: the resource's mark
-	err       error
+// heard is what gossip brought: claims and a stable membership.
+type heard struct {
+	claims []ownership.Claim
+	stable ownership.Stable
 }
 
-// inbox queues claims heard from gossip. memberlist's delegate callbacks
-// push without blocking; the loop drains.
+// inbox queues what memberlist's delegate callbacks hand over, without
+// blocking them; the loop drains it.
 type inbox struct {
 	mu     sync.Mutex
-	claims []ownership.Claim
+	items  []heard
 	signal chan struct{} // cap 1
 }
 
-func (q *inbox) push(cs ...ownership.Claim) {
-	if len(cs) == 0 {
-		return
-	}
+func (q *inbox) push(h heard) {
 	q.mu.Lock()
-	q.claims = append(q.claims, cs...)
+	q.items = append(q.items, h)
 	q.mu.Unlock()
 	select {
 	case q.signal <- struct{}{}:
@@ -50,49 +41,66 @@ func (q *inbox) push(cs ...ownership.Claim) {
 	}
 }
 
-func (q *inbox) drain() []ownership.Claim {
+func (q *inbox) drain() []heard {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	cs := q.claims
-	q.claims = nil
-	return cs
+	items := q.items
+	q.items = nil
+	return items
 }
 
-// loop owns the state machine: one goroutine feeds it every input and
-// performs its actions. Slow work (authority, fence, handler) runs on
-// worker goroutines that report back through c.results.
+// inputKind says which machine input an input feeds.
+type inputKind uint8
+
+const (
+	inClaimed   inputKind = iota + 1 // a worker's Authority.Claim
+	inFenced                         // a worker's Fence.Fence
+	inAcquired                       // a worker's Handler.Acquire
+	inReleased                       // a worker's Handler.Release
+	inRejected                       // ReportStale: a write was fenced out
+	inNotFenced                      // ReportStale: a write found the mark below its token
+	inResign                         // Resign
+	inEnded                          // a lease's context ended outside the loop (Lease.End)
+	inJoined                         // a rejoin finished
+)
+
+// input is a result of work done off the loop, or a report from a caller.
+type input struct {
+	kind      inputKind
+	partition uint32
+	token     ownership.Token
+	current   ownership.Token // inRejected: the resource's mark
+	err       error
+	done      chan error // inResign: the answer
+}
+
+// loop owns the state machine and the lease registry.
 type loop struct {
 	c       *Coordinator
 	m       *ownership.Machine
-	live    map[uint32]*ownership.Lease // leases from Acquire to Revoke
+	reg     *registry
 	workers sync.WaitGroup
-	quorum  quorum
-	known   map[string]string // member name -> gossip address, for rejoin
-	names   []string          // the current table's members, sorted
-	left    bool              // Leave requested
-	idle    bool              // idleCh closed
-	// since is when this node started waiting to own a partition the ring
-	// gave it, and whether the previous holder left without a release.
-	since map[uint32]waitInfo
+	known   map[string]knownMember // for rejoin
+	names   []string               // the current table's members, sorted
+	leavers map[string]bool        // members seen leaving
+	joining bool                   // a rejoin is in flight
+	idle    bool                   // idleCh closed
+	warned  bool                   // the no-quorum warning was logged
 }
 
-type waitInfo struct {
-	at       time.Time
-	failover bool
+// knownMember is a member once seen, for rejoin after a partition heals.
+type knownMember struct {
+	addr     string
+	lastSeen time.Time
 }
 
 func newLoop(c *Coordinator, m *ownership.Machine) *loop {
 	return &loop{
-		c:     c,
-		m:     m,
-		live:  make(map[uint32]*ownership.Lease),
-		known: make(map[string]string),
-		since: make(map[uint32]waitInfo),
-		names: []string{c.cfg.Name},
-		quorum: quorum{
-			min:         c.cfg.MinQuorum,
-			stableAfter: c.cfg.StableAfter,
-		},
+		c:       c,
+		m:       m,
+		reg:     c.leases,
+		known:   make(map[string]knownMember),
+		leavers: make(map[string]bool),
 	}
 }
 
@@ -106,6 +114,7 @@ func (l *loop) run() {
 
 	// What the join brought in first, then the members: a joining node
 	// must know the current holders before the ring tells it to claim.
+	l.perform()
 	l.heard(c.inbox.drain())
 	l.refreshMembers()
 	l.perform()
@@ -117,127 +126,168 @@ func (l *loop) run() {
 			l.heard(c.inbox.drain())
 		case <-c.memberCh:
 			l.refreshMembers()
-		case r := <-c.results:
-			l.apply(r)
+		case in := <-c.inputs:
+			l.apply(in)
 		case <-tick:
-			l.m.SetQuorum(l.quorum.check(c.cfg.Clock.Now(), l.names))
 			l.m.Tick()
 		case <-rejoin:
 			l.rejoin()
 		case <-c.leaveCh:
-			l.left = true
 			l.m.Leave()
 		}
 		l.perform()
-		if l.left && !l.idle && l.m.Idle() {
+		l.reg.gc()
+		if c.leaving.Load() && !l.idle && l.m.Idle() {
 			l.idle = true
 			close(c.idleCh)
 		}
 	}
 }
 
-// shutdown ends every lease and waits for the workers, which see c.ctx
-// cancelled.
+// shutdown ends every lease as a crash would, tells the handler of those
+// it had acquired, and waits for the workers.
 func (l *loop) shutdown() {
-	for p, lease := range l.live {
-		lease.End(ErrClosed)
-		l.c.leases[p].Store(nil)
-	}
+	l.m.Shutdown(errLeaseClosed)
+	l.perform()
 	l.workers.Wait()
 }
 
-func (l *loop) heard(cs []ownership.Claim) {
-	for _, cl := range cs {
-		if int(cl.Token.Partition) >= len(l.c.leases) || cl.Token.IsZero() {
-			continue
+// heard feeds what gossip brought to the machine.
+func (l *loop) heard(hs []heard) {
+	c := l.c
+	for _, h := range hs {
+		if h.stable.Known() {
+			l.m.HeardStable(h.stable)
 		}
-		if l.c.reg.ObserveClaim(cl) {
-			// New to us: pass it on, so claims spread epidemically and not
-			// only from their origin.
-			l.c.broadcast(cl)
+		for _, cl := range h.claims {
+			if cl.Token.IsZero() || int(cl.Token.Partition) >= c.cfg.Ring.Partitions {
+				continue
+			}
+			changed, err := c.reg.ObserveHeard(cl)
+			if err != nil {
+				c.log.Warn("refused gossiped claim", "claim", cl, "err", err)
+				c.metrics.gossipDropped.Inc()
+				continue
+			}
+			if changed {
+				// New to us: pass it on, so claims spread epidemically and
+				// not only from their origin.
+				c.broadcastClaim(cl)
+				l.holderChanged(cl)
+			}
+			l.m.Heard(cl)
 		}
-		l.m.Heard(cl)
 	}
 }
 
-// refreshMembers rebuilds the table from the live members.
+// holderChanged tells subscribers who holds a partition now.
+func (l *loop) holderChanged(cl ownership.Claim) {
+	e := Event{Kind: EventHolderChanged, Partition: cl.Token.Partition, Token: cl.Token, Time: l.c.cfg.Clock.Now()}
+	if !cl.Released {
+		e.Node = cl.Token.Owner
+	}
+	l.c.subs.publish(e)
+}
+
+// refreshMembers builds a view from the live members and gives it to the
+// machine: the ring places partitions on the members that are not leaving.
 func (l *loop) refreshMembers() {
 	c := l.c
-	members := make(map[string]ownership.Member)
 	live, left := c.nodes.snapshot()
-	for _, name := range left {
-		l.quorum.forget(name)
-	}
+	members := make(map[string]ownership.Member)
+	var vms []ownership.ViewMember
+	var placed []string
+	now := c.cfg.Clock.Now()
 	for _, e := range live {
 		if e.err != nil || c.refusal(e.member.Name, e.meta) != nil {
 			continue // refused by the alive delegate; never placed
 		}
 		members[e.member.Name] = e.member
-		l.known[e.member.Name] = e.member.GossipAddr
+		l.known[e.member.Name] = knownMember{addr: e.member.GossipAddr, lastSeen: now}
+		vms = append(vms, ownership.ViewMember{Name: e.member.Name, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
+		if !e.meta.Leaving {
+			placed = append(placed, e.member.Name)
+		} else if !l.leavers[e.member.Name] {
+			l.leavers[e.member.Name] = true
+			c.subs.publish(Event{Kind: EventMemberLeaving, Node: e.member.Name, Time: now})
+		}
 	}
-	names := make([]string, 0, len(members))
-	for name := range members {
-		names = append(names, name)
+	for _, name := range left {
+		delete(l.known, name)
 	}
-	slices.Sort(names)
+	for name := range l.leavers {
+		if _, ok := members[name]; !ok {
+			delete(l.leavers, name)
+		}
+	}
+	slices.Sort(placed)
 	old := c.Table()
-	if old != nil && slices.Equal(names, l.names) {
-		// Same member set, so the same table; addresses may have changed.
-		c.view.Store(&view{table: old, members: members})
-		return
+	v := &view{table: old, members: members}
+	if old == nil || !slices.Equal(placed, l.names) {
+		if len(placed) > 0 {
+			t, err := ring.New(placed, c.cfg.Ring)
+			if err != nil {
+				c.log.Error("ring rebuild failed; keeping the previous table", "members", len(placed), "err", err)
+			} else {
+				v.table = t
+				l.published(old, t)
+				l.names = placed
+			}
+		}
+		// With no member to place on (every one is leaving, this node
+		// too), the last table stays for routing: nothing is placed on it
+		// any more.
 	}
-	if len(names) == 0 {
-		// This node has left and sees no one (not even itself): the last
-		// table stays, as nothing is placed on it any more.
-		return
+	c.view.Store(v)
+	var pl ownership.Placement
+	if v.table != nil && len(placed) > 0 {
+		pl = v.table
 	}
-	t, err := ring.New(names, c.cfg.Ring)
-	if err != nil {
-		c.log.Error("ring rebuild failed; keeping the previous table", "members", len(names), "err", err)
-		return
+	c.metrics.members.Set(float64(len(members)))
+	if err := l.m.SetView(ownership.View{Members: vms, Placement: pl, Left: left}); err != nil {
+		c.log.Error("view", "err", err)
 	}
-	var oldNames []string
-	if old != nil {
-		oldNames = l.names
-	}
-	l.names = names
-	c.view.Store(&view{table: t, members: members})
+}
+
+// published announces the members that entered or left the table.
+func (l *loop) published(old, t *ring.Table) {
+	c := l.c
 	now := c.cfg.Clock.Now()
-	for _, n := range names {
-		if !slices.Contains(oldNames, n) {
+	for _, n := range t.Members() {
+		if !old.Has(n) {
 			c.subs.publish(Event{Kind: EventMemberJoined, Node: n, Time: now})
 		}
 	}
-	for _, n := range oldNames {
+	for _, n := range old.Members() {
 		if !t.Has(n) {
 			c.subs.publish(Event{Kind: EventMemberLeft, Node: n, Time: now})
 		}
 	}
-	moves := ring.Diff(old, t)
-	for _, mv := range moves {
-		if mv.To == c.cfg.Name {
-			cl := c.reg.GetClaim(uint32(mv.Partition))
-			l.since[uint32(mv.Partition)] = waitInfo{at: now, failover: !cl.Released && cl.Token.Owner != "" && !t.Has(cl.Token.Owner)}
-		}
-	}
-	c.metrics.members.Set(float64(len(names)))
-	l.m.SetQuorum(l.quorum.check(now, names))
-	if err := l.m.SetPlacement(t); err != nil {
-		c.log.Error("placement", "err", err)
-	}
-	c.log.Info("membership", "members", len(names), "moves", len(moves))
+	c.log.Info("membership", "members", t.Len(), "moves", len(ring.Diff(old, t)))
 }
 
-// rejoin joins the seeds and every known member that gossip no longer shows,
-// so both sides of a healed partition find each other again.
+// rejoin joins the seeds and every known member that gossip no longer
+// shows, so both sides of a healed partition find each other again. A
+// member unseen for ReconnectTimeout is forgotten. One rejoin runs at a
+// time.
 func (l *loop) rejoin() {
 	c := l.c
+	if l.joining || c.leaving.Load() {
+		return
+	}
+	now := c.cfg.Clock.Now()
 	t := c.Table()
+	v := c.view.Load()
 	var addrs []string
-	for name, addr := range l.known {
-		if t == nil || !t.Has(name) {
-			addrs = append(addrs, addr)
+	for name, k := range l.known {
+		if _, ok := v.members[name]; ok || t.Has(name) {
+			continue
 		}
+		if now.Sub(k.lastSeen) > c.cfg.ReconnectTimeout {
+			delete(l.known, name)
+			continue
+		}
+		addrs = append(addrs, k.addr)
 	}
 	if len(addrs) == 0 {
 		return
@@ -245,50 +295,71 @@ func (l *loop) rejoin() {
 	addrs = append(addrs, c.cfg.Seeds...)
 	slices.Sort(addrs)
 	addrs = slices.Compact(addrs)
-	l.workers.Add(1)
-	go func() {
-		defer l.workers.Done()
+	l.joining = true
+	l.goWork(func() input {
 		if n, err := c.ml.Join(addrs); err != nil {
 			c.log.Debug("rejoin", "addrs", len(addrs), "joined", n, "err", err)
 		}
-	}()
+		return input{kind: inJoined}
+	})
 }
 
-// apply feeds a worker's result to the machine.
-func (l *loop) apply(r result) {
+// apply feeds one input to the machine.
+func (l *loop) apply(in input) {
 	c := l.c
-	switch r.kind {
-	case resClaimed:
-		if r.err != nil {
-			c.log.Warn("claim failed", "partition", r.partition, "err", r.err)
+	switch in.kind {
+	case inClaimed:
+		if in.err != nil {
+			if errors.Is(in.err, ownership.ErrConflict) {
+				c.log.Debug("claim lost", "partition", in.partition, "err", in.err)
+			} else {
+				c.log.Warn("claim failed", "partition", in.partition, "err", in.err)
+			}
 		}
-		l.m.Claimed(r.partition, r.token, r.err)
-	case resAcquired:
-		l.m.Acquired(r.token, r.err)
-		ph, tok := l.m.Phase(r.token.Partition)
-		if r.err != nil {
-			c.log.Warn("acquire failed", "token", r.token, "err", r.err)
+		l.m.Claimed(in.partition, in.token, in.err)
+	case inFenced:
+		l.workerDone(in.token)
+		if in.err != nil && !errors.Is(in.err, ownership.ErrStaleToken) {
+			c.log.Warn("fence failed", "token", in.token, "err", in.err)
+		}
+		l.m.Fenced(in.token, in.err)
+	case inAcquired:
+		l.workerDone(in.token)
+		if in.err != nil && !errors.Is(in.err, ownership.ErrStaleToken) && !errors.Is(in.err, ownership.ErrLeaseEnded) {
+			c.log.Warn("acquire failed", "token", in.token, "err", in.err)
+		}
+		l.m.Acquired(in.token, in.err)
+	case inReleased:
+		l.workerDone(in.token)
+		l.m.Released(in.token)
+	case inRejected:
+		l.m.Rejected(in.token, in.current)
+	case inNotFenced:
+		c.log.Warn("the resource lost its fence; ending the lease", "token", in.token)
+		l.m.NotFenced(in.token)
+	case inResign:
+		ph, tok := l.m.Phase(in.partition)
+		if ph < ownership.Fencing || ph == ownership.Releasing {
+			in.done <- ownership.ErrLeaseEnded
 			return
 		}
-		if ph >= ownership.Owned && tok.Same(r.token) {
-			if lease := l.live[r.token.Partition]; lease != nil {
-				c.leases[r.token.Partition].Store(lease)
-			}
-			now := c.cfg.Clock.Now()
-			if w, ok := l.since[r.token.Partition]; ok {
-				delete(l.since, r.token.Partition)
-				if w.failover {
-					c.metrics.failover.Observe(now.Sub(w.at).Seconds())
-				} else {
-					c.metrics.handoff.Observe(now.Sub(w.at).Seconds())
-				}
-			}
-			c.subs.publish(Event{Kind: EventAcquired, Node: c.cfg.Name, Partition: r.token.Partition, Token: r.token, Time: now})
+		l.m.Resign(tok, false)
+		in.done <- nil
+	case inEnded:
+		if e := l.reg.get(in.token); e != nil && !e.ended {
+			// A handler ended its lease itself: that is a resignation.
+			e.ended = true
+			l.reg.unserve(in.token)
+			l.m.Resign(in.token, true)
 		}
-	case resReleased:
-		l.m.Released(r.token)
-	case resRejected:
-		l.m.Rejected(r.token, r.current)
+	case inJoined:
+		l.joining = false
+	}
+}
+
+func (l *loop) workerDone(t ownership.Token) {
+	if e := l.reg.get(t); e != nil {
+		e.workers--
 	}
 }
 
@@ -300,87 +371,233 @@ func (l *loop) perform() {
 		case ownership.ActClaim:
 			c.metrics.claims.Inc()
 			l.goClaim(a.Partition, a.Token)
+		case ownership.ActFence:
+			l.goFence(l.reg.start(a.Token))
 		case ownership.ActAcquire:
-			lease := ownership.NewLease(c.ctx, a.Token)
-			l.live[a.Partition] = lease
-			l.goAcquire(lease)
+			l.goAcquire(l.reg.start(a.Token))
+		case ownership.ActServe:
+			l.serve(a)
 		case ownership.ActRelease:
-			if lease := l.live[a.Partition]; lease != nil {
-				l.goRelease(lease)
+			if e := l.reg.get(a.Token); e != nil {
+				if a.Cause == nil {
+					l.reg.unserve(a.Token)
+				}
+				l.goRelease(e, a.Cause)
+			}
+		case ownership.ActEnd:
+			if l.reg.end(a.Token, a.Cause) {
+				now := c.cfg.Clock.Now()
+				c.log.Debug("lease ended", "token", a.Token, "cause", causeText(a.Cause))
+				c.subs.publish(Event{Kind: EventReleased, Node: c.cfg.Name, Partition: a.Partition, Token: a.Token, Time: now, Cause: a.Cause})
 			}
 		case ownership.ActPublish:
 			cl := ownership.Claim{Token: a.Token, Released: a.Released}
-			c.reg.ObserveClaim(cl)
-			c.broadcast(cl)
+			if c.reg.ObserveClaim(cl) {
+				l.holderChanged(cl)
+			}
+			c.broadcastClaim(cl)
 			if a.Released {
 				c.metrics.releases.Inc()
 			}
-		case ownership.ActRevoke:
-			if lease := l.live[a.Partition]; lease != nil && lease.Token().Same(a.Token) {
-				delete(l.live, a.Partition)
-				c.leases[a.Partition].CompareAndSwap(lease, nil)
-				lease.End(ownership.ErrLeaseEnded)
-				now := c.cfg.Clock.Now()
-				c.subs.publish(Event{Kind: EventReleased, Node: c.cfg.Name, Partition: a.Partition, Token: a.Token, Time: now})
-			}
+		case ownership.ActStable:
+			l.stable(a.Stable)
+		case ownership.ActSync:
+			l.sync(a.Node)
+		case ownership.ActQuorum:
+			l.quorum(a.OK)
 		}
 	}
 }
 
-// work runs fn on a worker goroutine, under a context that ends with
-// parent or after timeout, and sends its result to the loop.
-func (l *loop) work(parent context.Context, timeout time.Duration, fn func(ctx context.Context) result) {
+// serve lets callers have a fenced, acquired lease.
+func (l *loop) serve(a ownership.Action) {
+	c := l.c
+	if l.reg.serve(a.Token) == nil {
+		return
+	}
+	waited := time.Duration(a.Waited) * c.cfg.TickInterval
+	if a.Failover {
+		c.metrics.failover.Observe(waited.Seconds())
+	} else if a.Waited > 0 {
+		c.metrics.handoff.Observe(waited.Seconds())
+	}
+	now := c.cfg.Clock.Now()
+	c.subs.publish(Event{Kind: EventAcquired, Node: c.cfg.Name, Partition: a.Partition, Token: a.Token, Time: now})
+}
+
+// stable keeps a new stable membership for gossip: in push/pull state, in
+// this node's metadata (so others see their own is outdated), and in a
+// broadcast.
+func (l *loop) stable(s ownership.Stable) {
+	c := l.c
+	c.stable.Store(&s)
+	c.broadcastStable(s)
+	if err := c.updateMeta(func(m *meta) { m.Stable = s.ID() }); err != nil {
+		c.log.Error("node metadata", "err", err)
+		return
+	}
+	l.goUpdateNode()
+}
+
+// sync exchanges full state with member name (push/pull), which holds a
+// newer stable membership than this node.
+func (l *loop) sync(name string) {
+	c := l.c
+	m, ok := c.view.Load().members[name]
+	if !ok {
+		return
+	}
+	l.goWork(func() input {
+		if _, err := c.ml.Join([]string{m.GossipAddr}); err != nil {
+			c.log.Debug("sync", "member", name, "err", err)
+		}
+		return input{}
+	})
+}
+
+// quorum logs a change of quorum: its loss once at WARN, with what this
+// node counts against.
+func (l *loop) quorum(ok bool) {
+	c := l.c
+	c.quorumOK.Store(ok)
+	st := l.m.Stable()
+	if ok {
+		if l.warned {
+			c.log.Info("quorum regained", "stable", st.Members, "stable_version", st.Version)
+		}
+		l.warned = false
+		return
+	}
+	if !l.warned {
+		l.warned = true
+		c.log.Warn("no quorum: holding back; leases end after StepDown",
+			"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "step_down", c.cfg.StepDown)
+	}
+}
+
+func (l *loop) viewNames() []string {
+	v := l.c.view.Load()
+	if v == nil {
+		return nil
+	}
+	out := make([]string, 0, len(v.members))
+	for n := range v.members {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// goWork runs fn on a worker goroutine and feeds its result to the loop.
+func (l *loop) goWork(fn func() input) {
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
-		ctx, cancel := context.WithTimeout(parent, timeout)
-		defer cancel()
-		l.send(fn(ctx))
+		l.send(fn())
 	}()
 }
 
 func (l *loop) goClaim(p uint32, seen ownership.Token) {
 	c := l.c
-	l.work(c.ctx, c.cfg.AcquireTimeout, func(ctx context.Context) result {
+	l.goWork(func() input {
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.AcquireTimeout)
+		defer cancel()
 		tok, err := c.auth.Claim(ctx, p, c.self, seen)
 		if err == nil && c.cfg.TokenKeys != nil && tok.MAC == ([ownership.MACSize]byte{}) {
 			tok = c.cfg.TokenKeys.Sign(tok)
 		}
-		return result{kind: resClaimed, partition: p, token: tok, err: err}
+		return input{kind: inClaimed, partition: p, token: tok, err: err}
 	})
 }
 
-func (l *loop) goAcquire(lease *ownership.Lease) {
+func (l *loop) goFence(e *leaseEntry) {
 	c := l.c
-	l.work(lease.Context(), c.cfg.AcquireTimeout, func(ctx context.Context) result {
-		var err error
-		if c.cfg.Fence != nil {
-			_, err = c.cfg.Fence.Fence(ctx, lease.Token())
-		}
-		if err == nil {
-			err = c.cfg.Handler.Acquire(ctx, lease)
-		}
-		if err == nil && lease.Err() != nil {
-			err = lease.Err()
-		}
-		return result{kind: resAcquired, token: lease.Token(), err: err}
+	e.workers++
+	lease := e.lease
+	l.goWork(func() input {
+		ctx, cancel := context.WithTimeout(lease.Context(), c.cfg.AcquireTimeout)
+		defer cancel()
+		_, err := c.cfg.Fence.Fence(ctx, lease.Token())
+		return input{kind: inFenced, token: lease.Token(), err: err}
 	})
 }
 
-func (l *loop) goRelease(lease *ownership.Lease) {
+func (l *loop) goAcquire(e *leaseEntry) {
 	c := l.c
-	l.work(c.ctx, c.cfg.ReleaseTimeout, func(ctx context.Context) result {
+	e.workers++
+	lease := e.lease
+	l.goWork(func() input {
+		ctx, cancel := context.WithTimeout(lease.Context(), c.cfg.AcquireTimeout)
+		defer cancel()
+		err := c.cfg.Handler.Acquire(ctx, lease)
+		if err == nil && c.ctx.Err() != nil {
+			// Closing: the loop takes no more input, so tell the handler
+			// here that the lease it just acquired has ended.
+			l.release(lease)
+		}
+		return input{kind: inAcquired, token: lease.Token(), err: err}
+	})
+}
+
+func (l *loop) goRelease(e *leaseEntry, cause error) {
+	c := l.c
+	e.workers++
+	lease := e.lease
+	l.goWork(func() input {
+		parent := c.ctx
+		if cause != nil {
+			// Cleanup after the lease ended: let it run even at Close.
+			parent = context.Background()
+		}
+		ctx, cancel := context.WithTimeout(parent, c.cfg.ReleaseTimeout)
+		defer cancel()
 		if err := c.cfg.Handler.Release(ctx, lease); err != nil {
 			c.log.Warn("release", "token", lease.Token(), "err", err)
 		}
-		return result{kind: resReleased, token: lease.Token()}
+		return input{kind: inReleased, token: lease.Token()}
 	})
 }
 
-// send hands a result to the loop unless the coordinator is closing.
-func (l *loop) send(r result) {
+// release calls the handler's Release for an ended lease, bounded by
+// ReleaseTimeout.
+func (l *loop) release(lease *ownership.Lease) {
+	c := l.c
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ReleaseTimeout)
+	defer cancel()
+	if err := c.cfg.Handler.Release(ctx, lease); err != nil {
+		c.log.Warn("release", "token", lease.Token(), "err", err)
+	}
+}
+
+func (l *loop) goUpdateNode() {
+	c := l.c
+	l.goWork(func() input {
+		if err := c.pushMeta(); err != nil {
+			c.log.Debug("update node metadata", "err", err)
+		}
+		return input{} // nothing to feed
+	})
+}
+
+// send hands an input to the loop unless the coordinator is closing.
+func (l *loop) send(in input) {
+	if in.kind == 0 {
+		return
+	}
 	select {
-	case l.c.results <- r:
+	case l.c.inputs <- in:
 	case <-l.c.ctx.Done():
 	}
+}
+
+// causeText is a lease end's cause without the common prefix.
+func causeText(err error) string {
+	if err == nil {
+		return "released"
+	}
+	s := err.Error()
+	if p := ownership.ErrLeaseEnded.Error() + ": "; len(s) > len(p) && s[:len(p)] == p {
+		return s[len(p):]
+	}
+	return s
 }

@@ -4,10 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/tenure-go/tenure/ownership"
 )
 
 // metaVersion is the version of the node metadata encoding.
-const metaVersion = 1
+const metaVersion = 2
 
 // maxMeta is memberlist's limit on node metadata.
 const maxMeta = 512
@@ -21,14 +23,26 @@ type meta struct {
 	RingVersion string // ring.AlgorithmVersion: mixed rings are refused
 	Incarnation uint64 // random per process start
 	ServiceAddr string // the application's endpoint
+	// Stable names the stable membership the node holds, so that a node
+	// whose own is older learns it is outdated from the member list alone.
+	Stable ownership.StableID
+	// Leaving: the node is handing its partitions off; it places nothing.
+	Leaving bool
 }
 
-// encode returns the metadata bytes: a version byte, then the incarnation
-// as a uvarint, then three uvarint-length-prefixed strings.
+// encode returns the metadata bytes: a version byte, a flags byte (bit 0:
+// leaving), the incarnation, the stable version and hash as uvarints, then
+// three uvarint-length-prefixed strings.
 func (m meta) encode() ([]byte, error) {
-	b := make([]byte, 0, 32+len(m.Cluster)+len(m.RingVersion)+len(m.ServiceAddr))
-	b = append(b, metaVersion)
+	b := make([]byte, 0, 48+len(m.Cluster)+len(m.RingVersion)+len(m.ServiceAddr))
+	var flags byte
+	if m.Leaving {
+		flags |= 1
+	}
+	b = append(b, metaVersion, flags)
 	b = binary.AppendUvarint(b, m.Incarnation)
+	b = binary.AppendUvarint(b, m.Stable.Version)
+	b = binary.AppendUvarint(b, m.Stable.Hash)
 	for _, s := range []string{m.Cluster, m.RingVersion, m.ServiceAddr} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
@@ -51,13 +65,19 @@ func decodeMeta(b []byte) (meta, error) {
 	if b[0] != metaVersion {
 		return m, fmt.Errorf("%w: version %d, want %d", errBadMeta, b[0], metaVersion)
 	}
-	b = b[1:]
-	inc, n := binary.Uvarint(b)
-	if n <= 0 {
-		return m, fmt.Errorf("%w: incarnation", errBadMeta)
+	if len(b) < 2 || b[1]&^1 != 0 {
+		return m, fmt.Errorf("%w: flags", errBadMeta)
 	}
-	m.Incarnation = inc
-	b = b[n:]
+	m.Leaving = b[1]&1 != 0
+	b = b[2:]
+	for _, dst := range []*uint64{&m.Incarnation, &m.Stable.Version, &m.Stable.Hash} {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return meta{}, fmt.Errorf("%w: truncated number", errBadMeta)
+		}
+		*dst = v
+		b = b[n:]
+	}
 	for _, dst := range []*string{&m.Cluster, &m.RingVersion, &m.ServiceAddr} {
 		l, n := binary.Uvarint(b)
 		if n <= 0 || l > uint64(len(b)-n) {

@@ -11,6 +11,7 @@ type metrics struct {
 	claims          prometheus.Counter
 	releases        prometheus.Counter
 	staleRejections prometheus.Counter
+	gossipDropped   prometheus.Counter
 	failover        prometheus.Histogram
 	handoff         prometheus.Histogram
 }
@@ -26,6 +27,8 @@ func newMetrics() *metrics {
 			Namespace: "tenure", Name: "releases_total", Help: "Partitions this node released (handoffs and given-back claims)."}),
 		staleRejections: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "tenure", Name: "stale_rejections_total", Help: "Writes under this node's leases that a fence rejected as stale (reported with ReportStale)."}),
+		gossipDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tenure", Name: "gossip_dropped_total", Help: "Gossip messages and claims refused: malformed, from another cluster, unauthenticated, or with an implausible epoch."}),
 		failover: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "tenure", Name: "failover_seconds", Buckets: buckets,
 			Help: "From the table dropping a failed owner to this node owning its partition."}),
@@ -47,7 +50,7 @@ var ownedDesc = prometheus.NewDesc("tenure_owned_partitions", "Partitions this n
 
 func (k collector) instruments() []prometheus.Collector {
 	m := k.c.metrics
-	return []prometheus.Collector{m.members, m.claims, m.releases, m.staleRejections, m.failover, m.handoff}
+	return []prometheus.Collector{m.members, m.claims, m.releases, m.staleRejections, m.gossipDropped, m.failover, m.handoff}
 }
 
 func (k collector) Describe(ch chan<- *prometheus.Desc) {
@@ -66,8 +69,8 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 
 func (c *Coordinator) ownedCount() int {
 	n := 0
-	for i := range c.leases {
-		if l := c.leases[i].Load(); l != nil && l.Err() == nil {
+	for p := range uint32(c.cfg.Ring.Partitions) {
+		if c.leases.lookup(p) != nil {
 			n++
 		}
 	}

@@ -71,8 +71,8 @@ type Status struct {
 	Time            time.Time         `json:"time"`
 	Started         bool              `json:"started"`
 	Converged       bool              `json:"converged"`
-	Quorum          bool              `json:"quorum"` // TODO(lead): fill from the loop's quorum check (CORE_API item 6)
-	Stable          []string          `json:"stable"` // TODO(lead): fill with the stable membership (CORE_API item 6)
+	Quorum          bool              `json:"quorum"`
+	Stable          []string          `json:"stable"`
 	Leaving         bool              `json:"leaving"`
 	StaleRejections uint64            `json:"stale_rejections"`
 	PartitionCount  int               `json:"partition_count"`
@@ -128,7 +128,8 @@ func (c *Coordinator) Status() Status {
 		StaleRejections: counterValue(c.metrics.staleRejections),
 		Members:         []MemberStatus{},
 		Partitions:      []PartitionStatus{},
-		Stable:          []string{},
+		Quorum:          c.quorumOK.Load(),
+		Stable:          append([]string{}, c.stable.Load().Members...),
 	}
 	v := c.view.Load()
 	if v == nil {
@@ -142,7 +143,7 @@ func (c *Coordinator) Status() Status {
 	held := make(map[string]int)
 	for p := range uint32(t.Partitions()) {
 		cl := c.reg.GetClaim(p)
-		l := c.leases[p].Load()
+		l := c.leases.lookup(p)
 		ps := PartitionStatus{
 			Partition: p, Owner: t.Owner(p), Holder: cl.Token.Owner, Epoch: cl.Token.Epoch,
 			Released: cl.Released, Local: l != nil && l.Err() == nil,

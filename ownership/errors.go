@@ -77,3 +77,20 @@ func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken
 
 // Stale builds the error for token t rejected in favour of current.
 func Stale(t, current Token) error { return &StaleTokenError{Token: t, Current: current} }
+
+// NotFencedError is returned when a token is above the partition's mark
+// at the resource: its owner writes without having fenced (Exact), or the
+// resource lost the fence (a table reset or restored from a backup).
+// errors.Is(err, ErrNotFenced) holds. Pass it to the coordinator's
+// ReportStale: the lease ends and a new one is fenced.
+type NotFencedError struct {
+	Token Token // the token that was refused
+	Mark  Token // the partition's mark at the resource (zero if none)
+}
+
+func (e *NotFencedError) Error() string {
+	return fmt.Sprintf("%v: %v is above the mark %v", ErrNotFenced, e.Token, e.Mark)
+}
+
+// Is makes errors.Is(err, ErrNotFenced) true.
+func (e *NotFencedError) Is(target error) bool { return target == ErrNotFenced }

@@ -2,7 +2,6 @@ package ownership
 
 import (
 	"context"
-	"fmt"
 )
 
 // Mode says how a write's token is checked against the partition's
@@ -46,7 +45,7 @@ type Fence interface {
 
 // Judge is the rule every fence applies to a write, without advancing the
 // mark: nil if t is the partition's mark; a *StaleTokenError if t is below
-// it (or is the zero token); an error wrapping ErrNotFenced if t is above
+// it (or is the zero token); a *NotFencedError (errors.Is ErrNotFenced) if t is above
 // it, which in Exact mode means its owner skipped the fence and in
 // Monotonic mode means the mark must advance first.
 func Judge(t, mark Token) error {
@@ -57,6 +56,6 @@ func Judge(t, mark Token) error {
 	case c == 0:
 		return nil
 	default:
-		return fmt.Errorf("%w: %v is above the mark %v", ErrNotFenced, t, mark)
+		return &NotFencedError{Token: t, Mark: mark}
 	}
 }

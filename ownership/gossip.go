@@ -254,4 +254,3 @@ func (r *Register) ObserveHeard(c Claim) (bool, error) {
 	}
 	return r.observe(c), nil
 }
-

@@ -479,6 +479,18 @@ func (m *Machine) Leave() {
 	m.stepAll()
 }
 
+// Shutdown ends every lease with cause, as a crash would: nothing is
+// published, and the handler is told of each lease it had acquired (an
+// after-the-fact ActRelease). The machine takes no input after it.
+func (m *Machine) Shutdown(cause error) {
+	m.leaving = true
+	for p := range m.parts {
+		if m.parts[p].phase >= Fencing {
+			m.end(uint32(p), cause, true)
+		}
+	}
+}
+
 // Heard records a claim or release heard from gossip (or read anywhere
 // else). A claim above this node's grant supersedes it: the lease ends.
 func (m *Machine) Heard(c Claim) {

@@ -3,6 +3,7 @@ package ownership
 import (
 	"cmp"
 	"fmt"
+	"log/slog"
 	"strings"
 )
 
@@ -65,6 +66,10 @@ func (t Token) Less(u Token) bool { return t.Compare(u) < 0 }
 func (t Token) Same(u Token) bool {
 	return t.Partition == u.Partition && t.Compare(u) == 0
 }
+
+// LogValue makes log/slog print a token in its readable form
+// (p73@e1:node-1/00000000000000a1), not its MarshalText form.
+func (t Token) LogValue() slog.Value { return slog.StringValue(t.String()) }
 
 func (t Token) String() string {
 	return fmt.Sprintf("p%d@e%d:%s/%016x", t.Partition, t.Epoch, t.Owner, t.Incarnation)
