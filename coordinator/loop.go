@@ -207,9 +207,6 @@ func (l *loop) refreshMembers() {
 		vms = append(vms, ownership.ViewMember{Name: e.member.Name, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
 		if !e.meta.Leaving {
 			placed = append(placed, e.member.Name)
-		} else if !l.leavers[e.member.Name] {
-			l.leavers[e.member.Name] = true
-			c.subs.publish(Event{Kind: EventMemberLeaving, Node: e.member.Name, Time: now})
 		}
 	}
 	for _, name := range left {
@@ -217,7 +214,9 @@ func (l *loop) refreshMembers() {
 	}
 	for name := range l.leavers {
 		if _, ok := members[name]; !ok {
+			// A leaver is out of the table already; now it is gone.
 			delete(l.leavers, name)
+			defer c.subs.publish(Event{Kind: EventMemberLeft, Node: name, Time: now})
 		}
 	}
 	slices.Sort(placed)
@@ -230,8 +229,8 @@ func (l *loop) refreshMembers() {
 				c.log.Error("ring rebuild failed; keeping the previous table", "members", len(placed), "err", err)
 			} else {
 				v.table = t
-				l.published(old, t)
 				l.names = placed
+				defer l.published(old, t, members) // once the view holds t
 			}
 		}
 		// With no member to place on (every one is leaving, this node
@@ -249,8 +248,10 @@ func (l *loop) refreshMembers() {
 	}
 }
 
-// published announces the members that entered or left the table.
-func (l *loop) published(old, t *ring.Table) {
+// published announces the members that entered or left the table. A
+// member that left the table but is still a member is leaving (it hands
+// its partitions off); EventMemberLeft follows when it is gone.
+func (l *loop) published(old, t *ring.Table, members map[string]ownership.Member) {
 	c := l.c
 	now := c.cfg.Clock.Now()
 	for _, n := range t.Members() {
@@ -259,7 +260,13 @@ func (l *loop) published(old, t *ring.Table) {
 		}
 	}
 	for _, n := range old.Members() {
-		if !t.Has(n) {
+		if t.Has(n) {
+			continue
+		}
+		if _, ok := members[n]; ok {
+			l.leavers[n] = true
+			c.subs.publish(Event{Kind: EventMemberLeaving, Node: n, Time: now})
+		} else {
 			c.subs.publish(Event{Kind: EventMemberLeft, Node: n, Time: now})
 		}
 	}

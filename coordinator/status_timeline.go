@@ -25,7 +25,7 @@ type MoveGroup struct {
 type Cause struct {
 	// Kind is "joined", "left" (it had handed off every partition),
 	// "failed" (it left the table still holding partitions: a crash, a
-	// pause or a network cut) or "leaving" (this node began a Leave).
+	// pause or a network cut) or "leaving" (the node began a Leave).
 	Kind string `json:"kind"`
 	Node string `json:"node"`
 	// Held is how many partitions a "failed" node still held.
@@ -63,7 +63,7 @@ func (tl *timeline) observe(e Event, t *ring.Table, reg *ownership.Register) {
 		if n := heldBy(reg, e.Node); n > 0 {
 			cause.Kind, cause.Held = "failed", n
 		}
-	case EventLeaving:
+	case EventLeaving, EventMemberLeaving:
 		cause = &Cause{Kind: "leaving", Node: e.Node}
 	}
 	tl.mu.Lock()
