@@ -425,6 +425,11 @@ func (c Config) ticks(d time.Duration) int {
 	return int((d + c.TickInterval - 1) / c.TickInterval)
 }
 
+// maxClaims bounds the claims a node has in flight at once: enough to
+// claim hundreds of partitions in a few round trips, few enough that a
+// database authority is not hit by all of them at one instant.
+const maxClaims = 16
+
 // machineConfig is the state machine's configuration for node self.
 func (c Config) machineConfig(self ownership.Node) ownership.MachineConfig {
 	strict := c.Authority != nil && c.Authority.Strict()
@@ -443,6 +448,7 @@ func (c Config) machineConfig(self ownership.Node) ownership.MachineConfig {
 		MaxRetryTicks:    c.ticks(c.MaxRetryInterval),
 		AcquireTicks:     c.ticks(c.AcquireTimeout),
 		ReleaseTicks:     c.ticks(c.ReleaseTimeout),
+		MaxClaims:        maxClaims,
 		Rand:             c.Rand,
 	}
 }

@@ -26,6 +26,7 @@ type leaseEntry struct {
 // only served, the lease per partition that callers may have.
 type registry struct {
 	entries map[ownership.Token]*leaseEntry
+	dead    map[ownership.Token]*leaseEntry // ended: gc forgets them once idle
 	served  []atomic.Pointer[ownership.Lease]
 	// ended receives the token of a lease whose context ended without the
 	// loop ending it (a handler called Lease.End).
@@ -35,6 +36,7 @@ type registry struct {
 func newRegistry(partitions int, ended func(ownership.Token)) *registry {
 	return &registry{
 		entries: make(map[ownership.Token]*leaseEntry),
+		dead:    make(map[ownership.Token]*leaseEntry),
 		served:  make([]atomic.Pointer[ownership.Lease], partitions),
 		ended:   ended,
 	}
@@ -84,17 +86,24 @@ func (r *registry) end(t ownership.Token, cause error) bool {
 		return false
 	}
 	r.unserve(t)
-	e.ended = true
+	r.markEnded(t, e)
 	e.stop()
 	e.lease.End(cause)
 	return true
 }
 
+// markEnded records that the lease of t has ended.
+func (r *registry) markEnded(t ownership.Token, e *leaseEntry) {
+	e.ended = true
+	r.dead[key(t)] = e
+}
+
 // gc forgets the entries that ended and that no worker uses any more.
 func (r *registry) gc() {
-	for k, e := range r.entries {
-		if (e.ended || e.lease.Err() != nil) && e.workers == 0 {
+	for k, e := range r.dead {
+		if e.workers == 0 {
 			delete(r.entries, k)
+			delete(r.dead, k)
 		}
 	}
 }

@@ -355,8 +355,8 @@ func (l *loop) apply(in input) {
 	case inEnded:
 		if e := l.reg.get(in.token); e != nil && !e.ended {
 			// A handler ended its lease itself: that is a resignation.
-			e.ended = true
 			l.reg.unserve(in.token)
+			l.reg.markEnded(in.token, e)
 			l.m.Resign(in.token, true)
 		}
 	case inJoined:
@@ -475,7 +475,7 @@ func (l *loop) quorum(ok bool) {
 		l.warned = false
 		return
 	}
-	if !l.warned {
+	if !l.warned && !c.leaving.Load() {
 		l.warned = true
 		c.log.Warn("no quorum: holding back; leases end after StepDown",
 			"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "step_down", c.cfg.StepDown)

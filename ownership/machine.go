@@ -240,6 +240,11 @@ type MachineConfig struct {
 	// (Release). Zero: no bound.
 	AcquireTicks int
 	ReleaseTicks int
+	// MaxClaims bounds the claims in flight at once (ActClaim not yet
+	// answered), so a node that is given hundreds of partitions at once
+	// doesn't send them all to its authority at the same instant; the rest
+	// wait for later ticks. Zero: no bound.
+	MaxClaims int
 	// Rand draws the backoff jitter. Nil: no jitter.
 	Rand *rand.Rand
 	// Knobs are for tenure's own tests (see TestingKnobs). Nil in programs.
@@ -254,7 +259,7 @@ func (c MachineConfig) Validate() error {
 	case c.Partitions <= 0 || c.Partitions > MaxPartitions:
 		return fmt.Errorf("ownership: MachineConfig.Partitions = %d, want 1 to %d", c.Partitions, MaxPartitions)
 	case c.GraceTicks < 0 || c.HandoffTicks < 0 || c.StepDownTicks < 0 || c.StableAfterTicks < 0 ||
-		c.RetryTicks < 0 || c.MaxRetryTicks < 0 || c.AcquireTicks < 0 || c.ReleaseTicks < 0 || c.MinQuorum < 0:
+		c.RetryTicks < 0 || c.MaxRetryTicks < 0 || c.AcquireTicks < 0 || c.ReleaseTicks < 0 || c.MinQuorum < 0 || c.MaxClaims < 0:
 		return errors.New("ownership: MachineConfig counts must not be negative")
 	}
 	return nil
@@ -331,6 +336,7 @@ type Machine struct {
 	now      uint64   // ticks
 	q        quorum
 	noQuorum int // consecutive ticks without quorum
+	claiming int // partitions in Claiming
 	leaving  bool
 	out      []Action
 }
@@ -517,6 +523,7 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 	if s.phase != Claiming {
 		return
 	}
+	m.claiming--
 	if err == nil && (t.Partition != p || t.Node() != m.cfg.Self) {
 		err = fmt.Errorf("ownership: authority answered %v to a claim of p%d by %v", t, p, m.cfg.Self)
 	}
@@ -931,11 +938,13 @@ func (m *Machine) step(p uint32) {
 			return
 		}
 		s.fencedView = 0
-		if !m.mayClaim(p) || m.now < s.retryAt || s.call != noCall {
+		if !m.mayClaim(p) || m.now < s.retryAt || s.call != noCall ||
+			m.cfg.MaxClaims > 0 && m.claiming >= m.cfg.MaxClaims {
 			return
 		}
 		s.waitFor = Claim{}
 		s.phase = Claiming
+		m.claiming++
 		seen := s.holder.Token
 		if s.mark.Compare(seen) > 0 {
 			seen = s.mark

@@ -20,7 +20,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the sc
 // line, or the answer of a query. The first command must be config.
 //
 //	config self=a:1 partitions=4 [grace= handoff= stepdown= stableafter= retry= maxretry=
-//	       acquire= release= minquorum=] [bootstrap] [fenced] [strict] [knobs=a,b]
+//	       acquire= release= minquorum= maxclaims=] [bootstrap] [fenced] [strict] [knobs=a,b]
 //	view members=a,b owners=a,a,b,b|none [left=c] [leaving=b] [shows=b:2:a,b,c]
 //	heard-stable v=2 members=a,b,c
 //	tick [n]
@@ -122,7 +122,7 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 			GraceTicks: atoi("grace"), HandoffTicks: atoi("handoff"),
 			StepDownTicks: atoi("stepdown"), StableAfterTicks: atoi("stableafter"),
 			RetryTicks: atoi("retry"), MaxRetryTicks: atoi("maxretry"),
-			AcquireTicks: atoi("acquire"), ReleaseTicks: atoi("release"), Knobs: knobs})
+			AcquireTicks: atoi("acquire"), ReleaseTicks: atoi("release"), MaxClaims: atoi("maxclaims"), Knobs: knobs})
 	case "view":
 		v := View{Left: list(c.Args["left"])}
 		shows := map[string]StableID{}
