@@ -233,7 +233,7 @@ func TestStatusPageBadInput(t *testing.T) {
 	defer srv.Close()
 	defer close(hang) // before srv.Close: a hung answer ends first
 
-	b := New(t, 2*time.Minute)
+	b := New(t, 4*time.Minute)
 	if err := chromedp.Do(b, chromedp.EmulateViewport(Width, Height), chromedp.Navigate(srv.URL+"/")); err != nil {
 		t.Fatal(err)
 	}
@@ -245,8 +245,9 @@ func TestStatusPageBadInput(t *testing.T) {
 
 	// Huge: 1000 members, 4096 partitions.
 	set(jsonOf(hugeStatus(1000, 4096)))
-	n := s.Refreshes
-	s = waitPage(t, b, "the huge cluster", func(s pageState) bool { return s.Refreshes > n })
+	// Each wait is for what the page shows, not for a refresh count: a
+	// fetch in flight when the answer changes still brings the old one.
+	s = waitPage(t, b, "the huge cluster", func(s pageState) bool { return len(s.Cells) == 4096 })
 	check(t, len(s.Cells) == 4096 && len(s.Members) == 1000 && len(s.Swatches) == 1000, "huge: %d cells, %d members, %d swatches", len(s.Cells), len(s.Members), len(s.Swatches))
 	for i, c := range s.Cells {
 		if c.Color != s.Swatches[c.Holder] {
@@ -264,8 +265,7 @@ func TestStatusPageBadInput(t *testing.T) {
 		"partitions":[null,7,{"partition":"0","holder":`+strconv.Quote(evil)+`,"state":"<b>"}],
 		"timeline":[{"causes":[{"kind":"failed","node":`+strconv.Quote(evil)+`}],"moves":"no"}, 3]}`)
 	})
-	n = read(t, b).Refreshes
-	s = waitPage(t, b, "the hostile status", func(s pageState) bool { return s.Refreshes > n })
+	s = waitPage(t, b, "the hostile status", func(s pageState) bool { return len(s.Cells) == 3 })
 	check(t, s.Images == 0, "the page rendered markup it was sent: %d img elements", s.Images)
 	check(t, len(s.Cells) == 3 && s.Cells[2].Holder == evil && s.Cells[2].State == "unowned", "hostile cells %+v", s.Cells)
 	check(t, strings.Contains(s.Timeline, evil+" failed"), "hostile timeline %q", s.Timeline)
@@ -283,9 +283,8 @@ func TestStatusPageBadInput(t *testing.T) {
 		{"http error", "HTTP 500", raw(500, "boom")},
 		{"no answer", "no answer within", func(http.ResponseWriter) { <-hang }},
 	} {
-		e := read(t, b).Errors
 		set(c.answer)
-		s = waitPage(t, b, c.name+" reported", func(s pageState) bool { return s.Errors > e && s.Stale })
+		s = waitPage(t, b, c.name+" reported", func(s pageState) bool { return s.Stale && strings.Contains(s.Banner, c.banner) })
 		check(t, strings.Contains(s.Banner, c.banner) && strings.Contains(s.Banner, "Showing what the node said at"), "%s: banner %q", c.name, s.Banner)
 		check(t, len(s.Cells) == 3, "%s: the last good state is gone: %d cells", c.name, len(s.Cells))
 	}
