@@ -52,8 +52,8 @@ import (
 //	  causes          []object the membership changes behind it (Cause):
 //	    kind          string   "joined"; "left" (it had handed off every partition);
 //	                           "failed" (it left the table still holding partitions:
-//	                           a crash, a pause or a network cut); "leaving" (this
-//	                           node began a Leave)
+//	                           a crash, a pause or a network cut); "leaving" (the
+//	                           member began a Leave: it hands off before it goes)
 //	    node          string   the member
 //	    held          number   partitions a "failed" member still held
 //	  moved           number   partitions whose ring owner changed
