@@ -88,8 +88,14 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 // lock the caller can take. So the coordinator keeps its own copy.
 func (d *delegate) NotifyJoin(n *memberlist.Node)   { d.c.nodes.put(n); d.changed() }
 func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.c.nodes.put(n); d.changed() }
+
+// NotifyLeave: a member left gracefully when its last metadata announced a Leave.
+// memberlist's own record of it (StateLeft, for a member that said
+// goodbye) is not in the Node it passes here: v0.7.0 keeps the state in a
+// field of its own and leaves Node.State at its zero value, StateAlive.
 func (d *delegate) NotifyLeave(n *memberlist.Node) {
-	d.c.nodes.del(n.Name, n.State == memberlist.StateLeft)
+	md, err := decodeMeta(n.Meta)
+	d.c.nodes.del(n.Name, n.State == memberlist.StateLeft || err == nil && md.Leaving)
 	d.changed()
 }
 

@@ -1,0 +1,80 @@
+package coordinator
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+)
+
+// noQuorumWarnings are the node's warnings that it holds back for lack of
+// a quorum.
+func noQuorumWarnings(logs *logCapture, node string) []logRecord {
+	return logs.records(func(r logRecord) bool {
+		return r.level == slog.LevelWarn && r.attrs["node"] == node && r.msg == "no quorum: holding back; leases end after StepDown"
+	})
+}
+
+// Issue 11, defect 11: after a crash and then a graceful leave in a 3-node
+// cluster (SIGKILL n3, later SIGTERM n2), the last node never claimed
+// again: it still counted the leaver in its stable membership. A graceful
+// leaver stops counting: the last node holds every partition, and Status
+// says it has a quorum of the stable membership {itself}.
+func TestCrashThenLeaveLastNodeKeepsQuorum(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	logs := newLogCapture()
+	tc := newTestCluster(t, func(c *Config) { c.Logger = slog.New(logs) })
+	tc.startNodes(ctx, "q", 3)
+	tc.remove("q2").c.Close() // a crash
+	tc.waitConverged(ctx)
+	if err := tc.remove("q1").c.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := tc.node("q0")
+	tc.waitConverged(ctx)
+	// Well past StepDown: a node that counted the leaver would have ended
+	// every lease by now.
+	hold := time.NewTimer(4 * last.c.cfg.StepDown)
+	<-hold.C
+	st := last.c.Status()
+	if !st.Quorum || !slices.Equal(st.Stable, []string{"q0"}) || st.Owned != testPartitions {
+		t.Fatalf("last node: quorum %v, stable %v, owns %d of %d", st.Quorum, st.Stable, st.Owned, testPartitions)
+	}
+	if w := noQuorumWarnings(logs, "q0"); len(w) > 1 {
+		t.Fatalf("the last node warned %d times about its quorum: %v", len(w), w)
+	}
+}
+
+// Issue 11, defect 11: a node that holds back for lack of a quorum said
+// nothing at Info or Warn, and Status had no quorum field. When two of
+// three nodes crash at once, the survivor warns exactly once (not once a
+// tick), and Status shows no quorum against the stable membership of all
+// three.
+func TestNoQuorumWarnsOnceAndStatusSaysWhy(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	logs := newLogCapture()
+	tc := newTestCluster(t, func(c *Config) { c.Logger = slog.New(logs) })
+	tc.startNodes(ctx, "r", 3)
+	last := tc.node("r0")
+	if st := last.c.Status(); !st.Quorum || !slices.Equal(st.Stable, []string{"r0", "r1", "r2"}) {
+		t.Fatalf("a healthy 3-node cluster: quorum %v, stable %v", st.Quorum, st.Stable)
+	}
+	tc.remove("r1").c.Close()
+	tc.remove("r2").c.Close()
+	waitFor(ctx, t, "the survivor to step down", func() bool { return last.c.ownedCount() == 0 })
+	// Well past StepDown: the warning is not repeated.
+	hold := time.NewTimer(4 * last.c.cfg.StepDown)
+	<-hold.C
+	st := last.c.Status()
+	if st.Quorum || !slices.Equal(st.Stable, []string{"r0", "r1", "r2"}) {
+		t.Fatalf("survivor of two crashes: quorum %v, stable %v", st.Quorum, st.Stable)
+	}
+	if w := noQuorumWarnings(logs, "r0"); len(w) != 1 {
+		t.Fatalf("the survivor warned %d times about its quorum, want once: %v", len(w), w)
+	}
+}
