@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -231,7 +230,10 @@ type Config struct {
 	// Name, addresses, delegates, keys and label are overwritten from the
 	// fields above; the timings are used as they are. The coordinator never
 	// changes the caller's copy.
-	// Default: memberlist.DefaultLANConfig(), with DeadNodeReclaimTime 30s.
+	// Default: LAN memberlist.DefaultLANConfig(), WAN
+	// memberlist.DefaultWANConfig(), local memberlist.DefaultLocalConfig()
+	// with faster probes (see LocalConfig); DeadNodeReclaimTime LAN 30s,
+	// WAN 60s, local 100ms.
 	Memberlist *memberlist.Config
 
 	// Logger receives the coordinator's logs (and memberlist's, at debug
@@ -372,7 +374,7 @@ func (c Config) withDefaults() (Config, error) {
 	dur(&c.StableAfter, d.StableAfter)
 	dur(&c.LeaveTimeout, d.LeaveTimeout)
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
 		c.Clock = SystemClock()
