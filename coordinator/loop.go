@@ -86,6 +86,7 @@ type loop struct {
 	joining bool                   // a rejoin is in flight
 	idle    bool                   // idleCh closed
 	warned  bool                   // the no-quorum warning was logged
+	lostAt  time.Time              // when the quorum was last lost
 }
 
 // knownMember is a member once seen, for rejoin after a partition heals.
@@ -101,6 +102,7 @@ func newLoop(c *Coordinator, m *ownership.Machine) *loop {
 		reg:     c.leases,
 		known:   make(map[string]knownMember),
 		leavers: make(map[string]bool),
+		lostAt:  c.cfg.Clock.Now(), // a node starts without a quorum
 	}
 }
 
@@ -130,6 +132,7 @@ func (l *loop) run() {
 			l.apply(in)
 		case <-tick:
 			l.m.Tick()
+			l.warnQuorum()
 		case <-rejoin:
 			l.rejoin()
 		case <-c.leaveCh:
@@ -462,8 +465,10 @@ func (l *loop) sync(name string) {
 	})
 }
 
-// quorum logs a change of quorum: its loss once at WARN, with what this
-// node counts against.
+// quorum records a change of quorum. A loss is logged at debug: a node
+// that sees a member with a newer stable membership has none until it has
+// caught up, which is a moment in every join. warnQuorum says it at WARN
+// once it has lasted StepDown.
 func (l *loop) quorum(ok bool) {
 	c := l.c
 	c.quorumOK.Store(ok)
@@ -475,11 +480,21 @@ func (l *loop) quorum(ok bool) {
 		l.warned = false
 		return
 	}
-	if !l.warned && !c.leaving.Load() {
-		l.warned = true
-		c.log.Warn("no quorum: holding back; leases end after StepDown",
-			"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "step_down", c.cfg.StepDown)
+	l.lostAt = c.cfg.Clock.Now()
+	c.log.Debug("no quorum", "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames())
+}
+
+// warnQuorum logs, once per loss, a quorum missing for StepDown (the
+// leases have ended), with what this node counts against.
+func (l *loop) warnQuorum() {
+	c := l.c
+	if l.warned || c.quorumOK.Load() || c.leaving.Load() || c.cfg.Clock.Now().Sub(l.lostAt) < c.cfg.StepDown {
+		return
 	}
+	l.warned = true
+	st := l.m.Stable()
+	c.log.Warn("no quorum for StepDown: leases ended; claiming nothing until a quorum of the stable membership is seen",
+		"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "step_down", c.cfg.StepDown)
 }
 
 func (l *loop) viewNames() []string {
