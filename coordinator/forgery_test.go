@@ -1,0 +1,312 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ring"
+)
+
+// An intruder is a plain memberlist node, not a coordinator: what anyone
+// who can reach a node's gossip port can run. It answers push/pull with
+// whatever state it is given and can send any packet.
+type intruder struct {
+	ml    *memberlist.Memberlist
+	meta  []byte
+	state []byte
+}
+
+func (d *intruder) NodeMeta(int) []byte                 { return d.meta }
+func (d *intruder) NotifyMsg([]byte)                    {}
+func (d *intruder) GetBroadcasts(int, int) [][]byte     { return nil }
+func (d *intruder) LocalState(bool) []byte              { return d.state }
+func (d *intruder) MergeRemoteState(buf []byte, _ bool) {}
+
+// newIntruder starts a plain memberlist node on loopback named name, with
+// node metadata md (nil: none) and push/pull state state.
+func newIntruder(t *testing.T, name string, md []byte, state []byte) *intruder {
+	t.Helper()
+	d := &intruder{meta: md, state: state}
+	mc := memberlist.DefaultLocalConfig()
+	mc.Name = name
+	mc.BindAddr, mc.BindPort = "127.0.0.1", 0
+	mc.Delegate = d
+	mc.LogOutput = io.Discard
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.ml = ml
+	t.Cleanup(func() { _ = ml.Shutdown() })
+	return d
+}
+
+// leavingMeta is node metadata that passes a coordinator's checks (right
+// cluster and ring) and announces a leave, so the ring places nothing on
+// the intruder.
+func leavingMeta(t *testing.T, cluster string) []byte {
+	t.Helper()
+	b, err := meta{Cluster: cluster, RingVersion: ring.AlgorithmVersion, Incarnation: 7, Leaving: true}.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// sendTo sends msg as a memberlist user message to every node: by UDP
+// (best effort) and by TCP (reliable).
+func (d *intruder) sendTo(t *testing.T, nodes []*testNode, msg []byte) {
+	t.Helper()
+	for _, n := range nodes {
+		addr := n.c.GossipAddr()
+		if err := d.ml.SendToAddress(memberlist.Address{Addr: addr, Name: n.name}, msg); err != nil {
+			t.Fatal(err)
+		}
+		host, port := splitHostPort(t, addr)
+		if err := d.ml.SendReliable(&memberlist.Node{Name: n.name, Addr: host, Port: port}, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func splitHostPort(t *testing.T, addr string) ([]byte, uint16) {
+	t.Helper()
+	for i := len(addr) - 1; i >= 0; i-- {
+		if addr[i] == ':' {
+			p, err := strconv.Atoi(addr[i+1:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return []byte{127, 0, 0, 1}, uint16(p)
+		}
+	}
+	t.Fatalf("address %q has no port", addr)
+	return nil, 0
+}
+
+func seal(t *testing.T, m ownership.GossipMessage, keys *ownership.Keyring) []byte {
+	t.Helper()
+	b, err := m.Seal(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// dropped is the node's count of refused gossip.
+func dropped(c *Coordinator) float64 {
+	var m dto.Metric
+	_ = c.metrics.gossipDropped.Write(&m)
+	return m.GetCounter().GetValue()
+}
+
+// waitDropped waits until every node has refused at least want more gossip
+// messages than before: proof that the forgeries arrived.
+func waitDropped(ctx context.Context, t *testing.T, nodes []*testNode, before map[string]float64, want float64) {
+	t.Helper()
+	waitFor(ctx, t, "every node to refuse the forged gossip", func() bool {
+		for _, n := range nodes {
+			if dropped(n.c)-before[n.name] < want {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func droppedNow(nodes []*testNode) map[string]float64 {
+	out := map[string]float64{}
+	for _, n := range nodes {
+		out[n.name] = dropped(n.c)
+	}
+	return out
+}
+
+// ownerOf returns the node that holds partition p's lease, and the lease.
+func ownerOf(t *testing.T, tc *testCluster, p uint32) (*testNode, *ownership.Lease) {
+	t.Helper()
+	for _, n := range tc.all() {
+		if l, err := n.c.LeaseOfPartition(p); err == nil {
+			return n, l
+		}
+	}
+	t.Fatalf("no node holds a lease on p%d", p)
+	return nil, nil
+}
+
+// Issue 11, defect 2: gossip was merged from any sender. One forged claim
+// with epoch 2^64-1 (from a plain memberlist node of another cluster, or
+// of this one) made a partition unclaimable forever: "epoch exhausted".
+// Claims broadcast by UDP and TCP, and registers pushed in a push/pull,
+// that name another cluster or jump the epoch without bound are refused,
+// and after the owner crashes its partitions are claimed again at sane
+// epochs.
+func TestForgedGossipCannotMakeAPartitionUnclaimable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, nil)
+	tc.startNodes(ctx, "g", 3)
+	const p = 5
+	owner, lease := ownerOf(t, tc, p)
+	before := lease.Token()
+	huge := ownership.Token{Partition: p, Epoch: math.MaxUint64, Owner: "evil", Incarnation: 1}
+
+	// Broadcasts: another cluster's claim, and this cluster's with the
+	// last epoch.
+	bc := newIntruder(t, "evil", nil, nil)
+	before0 := droppedNow(tc.all())
+	bc.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "other", Sender: "evil", Claim: ownership.Claim{Token: huge}}, nil))
+	bc.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "tenure", Sender: "evil", Claim: ownership.Claim{Token: huge}}, nil))
+	// Each message went by UDP and TCP: four refusals per node.
+	waitDropped(ctx, t, tc.all(), before0, 4)
+
+	// Push/pull: a node with acceptable metadata whose state holds the
+	// last epoch for p, in an envelope of another cluster and of this one.
+	reg, err := ownership.NewRegister(testPartitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.ObserveClaim(ownership.Claim{Token: huge})
+	for _, cluster := range []string{"other", "tenure"} {
+		before1 := droppedNow(tc.all())
+		state := seal(t, ownership.GossipMessage{Kind: ownership.GossipState, Cluster: cluster, Sender: "evil-" + cluster, Register: reg}, nil)
+		in := newIntruder(t, "evil-"+cluster, leavingMeta(t, "tenure"), state)
+		for _, n := range tc.all() {
+			if _, err := in.ml.Join([]string{n.c.GossipAddr()}); err != nil {
+				t.Fatalf("the intruder could not reach %s: %v", n.name, err)
+			}
+		}
+		waitDropped(ctx, t, tc.all(), before1, 1)
+		if err := in.ml.Leave(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		_ = in.ml.Shutdown()
+	}
+	// The intruders said goodbye: no one counts them for quorum any more.
+	waitFor(ctx, t, "the intruders to leave the stable membership", func() bool {
+		for _, n := range tc.all() {
+			if len(n.c.stable.Load().Members) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+
+	for _, n := range tc.all() {
+		if cl := n.c.reg.GetClaim(p); cl.Token.Epoch != before.Epoch || cl.Token.Owner != owner.name {
+			t.Fatalf("%s now holds %v as p%d's claim, was %v", n.name, cl, p, before)
+		}
+	}
+	if lease.Err() != nil {
+		t.Fatalf("the owner's lease ended: %v", lease.Err())
+	}
+
+	// The partition can still move: crash its owner; a survivor claims it.
+	tc.remove(owner.name).c.Close()
+	tc.waitConverged(ctx)
+	next, l := ownerOf(t, tc, p)
+	if got := l.Token(); got.Epoch <= before.Epoch || got.Epoch > before.Epoch+3 {
+		t.Fatalf("p%d re-owned by %s at %v after %v", p, next.name, got, before)
+	}
+}
+
+// Issue 11, defect 2, with token keys: unsigned gossip and claims signed
+// under another key are refused, even with a plausible epoch and a live
+// member's name; and a stale report whose current token is unsigned, or
+// jumps the epoch without bound, is not believed (ReportStale returns
+// false and the lease stays live).
+func TestKeyedClusterRefusesUnauthenticatedInput(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	keys, err := ownership.NewKeyring(ownership.Key("tenure test token key, 32 bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := ownership.NewKeyring(ownership.Key("another cluster's token key...."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := newTestCluster(t, func(c *Config) { c.TokenKeys = keys })
+	tc.startNodes(ctx, "k", 3)
+	const p = 3
+	owner, lease := ownerOf(t, tc, p)
+	var rival *testNode
+	for _, n := range tc.all() {
+		if n != owner {
+			rival = n
+		}
+	}
+	// A claim one epoch above, in a live member's name: accepted, it would
+	// supersede the owner's lease.
+	next := ownership.Token{Partition: p, Epoch: lease.Token().Epoch + 1, Owner: rival.name, Incarnation: rival.c.Self().Incarnation}
+	in := newIntruder(t, "evil", nil, nil)
+	before := droppedNow(tc.all())
+	in.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "tenure", Sender: rival.name, Claim: ownership.Claim{Token: next}}, nil))
+	in.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "tenure", Sender: rival.name, Claim: ownership.Claim{Token: other.Sign(next)}}, other))
+	waitDropped(ctx, t, tc.all(), before, 4)
+	if lease.Err() != nil {
+		t.Fatalf("an unauthenticated claim ended the owner's lease: %v", lease.Err())
+	}
+	for _, n := range tc.all() {
+		if cl := n.c.reg.GetClaim(p); cl.Token.Epoch != lease.Token().Epoch {
+			t.Fatalf("%s believed an unauthenticated claim: %v", n.name, cl)
+		}
+	}
+
+	// Stale reports from a downstream server: the current token unsigned,
+	// signed under another key, or signed but 2^64-1.
+	for name, cur := range map[string]ownership.Token{
+		"unsigned":        next,
+		"another key":     other.Sign(next),
+		"an epoch jump":   keys.Sign(ownership.Token{Partition: p, Epoch: math.MaxUint64, Owner: rival.name, Incarnation: 1}),
+		"a lower current": keys.Sign(ownership.Token{Partition: p, Epoch: lease.Token().Epoch - 1, Owner: rival.name, Incarnation: 1}),
+	} {
+		err := ownership.Stale(lease.Token(), cur)
+		if owner.c.ReportStale(err) {
+			t.Errorf("ReportStale believed a report with %s as current: %v", name, err)
+		}
+	}
+	// Not another node's lease, either.
+	if owner.c.ReportStale(ownership.Stale(next, keys.Sign(ownership.Token{Partition: p, Epoch: next.Epoch + 1, Owner: "x", Incarnation: 1}))) {
+		t.Error("ReportStale took a report about another node's token")
+	}
+	if lease.Err() != nil {
+		t.Fatalf("a forged stale report ended the lease: %v", lease.Err())
+	}
+	if l, err := owner.c.LeaseOfPartition(p); err != nil || l != lease {
+		t.Fatalf("after forged reports the owner's lease is %v, %v", l, err)
+	}
+
+	// And an authentic report is believed: the lease ends at once.
+	real := keys.Sign(next)
+	if _, err := tc.fence.Fence(ctx, real); err != nil {
+		t.Fatal(err)
+	}
+	werr := tc.fence.Do(ctx, lease.Token(), ownership.Exact, func() error { return nil })
+	var st *ownership.StaleTokenError
+	if !errors.As(werr, &st) {
+		t.Fatalf("write under a fenced-out token: %v", werr)
+	}
+	if !owner.c.ReportStale(werr) {
+		t.Fatal("ReportStale refused an authentic report")
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease did not end after an authentic stale report")
+	}
+	if !errors.Is(lease.Err(), ownership.ErrLeaseSuperseded) {
+		t.Fatalf("lease ended with %v, want ErrLeaseSuperseded", lease.Err())
+	}
+}
