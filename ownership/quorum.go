@@ -12,8 +12,11 @@ import "slices"
 //   - bootstrap: the node that founds a cluster starts with itself;
 //   - all fresh: when every member of an unchanged view (for StableAfter
 //     ticks) has no stable membership yet, a new cluster forms from it;
-//   - join: at once when the view holds all of it (a superset can't be a
-//     minority of anything);
+//   - join: at once when the view holds all of it and every member new to
+//     it is a new process (it shows no stable membership): a superset can't
+//     be a minority of anything. A member that shows one comes back from
+//     the far side of a split, and the view may still hold the members
+//     lost to that split (not yet detected): it joins by promotion;
 //   - leave: at once when a member leaves gracefully: it said goodbye, so it
 //     is not on the other side of a split. If the view held a quorum just
 //     before, the stable set becomes the view, which drops members that
@@ -131,7 +134,7 @@ func (q *quorum) eval(now uint64) bool {
 	}
 	if q.stable.Known() && !q.outdated && q.hasView && !slices.Equal(q.view, q.stable.Members) {
 		switch {
-		case containsAll(q.view, q.stable.Members):
+		case containsAll(q.view, q.stable.Members) && q.newcomersFresh():
 			q.stable, changed = NewStable(q.stable.Version+1, q.view), true
 		case now-q.viewSince >= q.stableAfter && q.count(q.view):
 			q.stable, changed = NewStable(q.stable.Version+1, q.view), true
@@ -152,6 +155,21 @@ func (q *quorum) count(seen []string) bool {
 		return 2*countIn(seen, q.stable.Members) >= len(q.stable.Members) && len(q.stable.Members) > 0
 	}
 	return quorumCount(q.stable.Members, seen)
+}
+
+// newcomersFresh reports whether every member of the view outside the
+// stable membership is new to the cluster: it shows no stable membership
+// (a process that just started). A member that shows one comes back from
+// the far side of a split, where it may have learnt this node's; the view
+// may still hold members this node lost to the same split (their failure
+// not yet detected), so it joins by promotion only.
+func (q *quorum) newcomersFresh() bool {
+	for _, m := range q.view {
+		if m != q.self && !q.stable.Has(m) && q.ids[m] != (StableID{}) {
+			return false
+		}
+	}
+	return true
 }
 
 // allFresh reports whether no member of the view holds a stable
