@@ -9,9 +9,13 @@ import (
 )
 
 // faultCluster is a testCluster whose gossip runs over a faultnet.Network.
-func faultCluster(t *testing.T) (*testCluster, *faultnet.Network) {
+// tweak, if not nil, adjusts every node's Config first.
+func faultCluster(t *testing.T, tweak func(*Config)) (*testCluster, *faultnet.Network) {
 	fn := faultnet.New(faultnet.WithSeed(1))
 	tc := newTestCluster(t, func(c *Config) {
+		if tweak != nil {
+			tweak(c)
+		}
 		tr, err := fn.Transport(c.Name, faultnet.TransportConfig{})
 		if err != nil {
 			t.Fatal(err)
@@ -38,7 +42,7 @@ func names(nodes []*testNode) []string {
 func TestPartitionMinorityStepsDownAndHealMerges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	tc, fn := faultCluster(t)
+	tc, fn := faultCluster(t, nil)
 	tc.startNodes(ctx, "p", 5)
 	var major, minor []*testNode
 	for _, n := range tc.all() {
