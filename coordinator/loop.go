@@ -207,7 +207,7 @@ func (l *loop) refreshMembers() {
 		}
 		members[e.member.Name] = e.member
 		l.known[e.member.Name] = knownMember{addr: e.member.GossipAddr, lastSeen: now}
-		vms = append(vms, ownership.ViewMember{Name: e.member.Name, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
+		vms = append(vms, ownership.ViewMember{Name: e.member.Name, Incarnation: e.meta.Incarnation, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
 		if !e.meta.Leaving {
 			placed = append(placed, e.member.Name)
 		}

@@ -15,8 +15,7 @@ type TestingKnobs struct {
 	StableFromFirstView bool
 	// NoClaimBackoff makes a failed claim retry on the next tick, forever.
 	NoClaimBackoff bool
-	// HalfIsQuorum counts any half of the stable membership as a quorum,
-	// without the tie-breaker.
+	// HalfIsQuorum counts half of the stable membership as a quorum.
 	HalfIsQuorum bool
 	// NoStepDown keeps every lease when the quorum is lost (L4 broken).
 	NoStepDown bool

@@ -286,6 +286,9 @@ type part struct {
 	// member; it does not claim again until the view changes (L5). 0 if it
 	// was not: views start at 1 with the first placement.
 	fencedView uint64
+	// rivalUntil: fenced out by a member this node holds dead, it stays
+	// out until this tick.
+	rivalUntil uint64
 	// waitFor is the holder we are waiting on, since tick waitSince.
 	waitFor   Claim
 	waitSince uint64
@@ -331,11 +334,13 @@ type Machine struct {
 	cfg      MachineConfig
 	parts    []part
 	place    Placement
-	members  []string // the view's members, sorted
+	members  []string          // the view's members, sorted
+	lives    map[string]uint64 // their incarnations, where known
 	view     uint64   // bumped by every change of placement
 	now      uint64   // ticks
 	q        quorum
-	noQuorum int // consecutive ticks without quorum
+	noQuorum int  // consecutive ticks without quorum
+	reported bool // the quorum last reported by ActQuorum
 	claiming int // partitions in Claiming
 	leaving  bool
 	out      []Action
@@ -361,9 +366,7 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	if m.q.eval(0) {
 		m.out = append(m.out, Action{Kind: ActStable, Stable: m.q.stable})
 	}
-	if !m.q.ok {
-		m.noQuorum = 1 // ActQuorum reports changes from here
-	}
+	m.reported = m.q.ok // ActQuorum reports changes from here
 	return m, nil
 }
 
@@ -430,8 +433,15 @@ func (m *Machine) SetView(v View) error {
 	}
 	m.place = v.Placement
 	m.members = m.members[:0]
+	clear(m.lives)
 	for _, vm := range v.Members {
 		m.members = append(m.members, vm.Name)
+		if vm.Incarnation != 0 {
+			if m.lives == nil {
+				m.lives = make(map[string]uint64)
+			}
+			m.lives[vm.Name] = vm.Incarnation
+		}
 	}
 	slices.Sort(m.members)
 	m.members = slices.Compact(m.members)
@@ -454,13 +464,8 @@ func (m *Machine) quorumStep(changed bool) {
 	for _, n := range m.q.toAsk() {
 		m.out = append(m.out, Action{Kind: ActSync, Node: n})
 	}
-	wasOK := m.noQuorum == 0
-	if m.q.ok {
-		m.noQuorum = 0
-	} else if wasOK {
-		m.noQuorum = 1
-	}
-	if wasOK != m.q.ok {
+	if m.q.ok != m.reported {
+		m.reported = m.q.ok
 		m.out = append(m.out, Action{Kind: ActQuorum, OK: m.q.ok})
 	}
 }
@@ -468,10 +473,15 @@ func (m *Machine) quorumStep(changed bool) {
 // Tick advances logical time by one tick.
 func (m *Machine) Tick() {
 	m.now++
-	if !m.q.ok {
+	m.quorumStep(m.q.eval(m.now))
+	// Counted at ticks only: a quorum that comes back for an instant
+	// between ticks (a node that keeps learning and losing a newer stable
+	// membership) does not put off the step-down.
+	if m.q.ok {
+		m.noQuorum = 0
+	} else {
 		m.noQuorum++
 	}
-	m.quorumStep(m.q.eval(m.now))
 	for p := range m.parts {
 		m.expire(uint32(p))
 	}
@@ -550,9 +560,11 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 		m.step(p)
 		return
 	}
-	if t.Compare(s.holder.Token) <= 0 && !m.cfg.StrictAuthority {
+	if t.Compare(s.holder.Token) < 0 && !m.cfg.StrictAuthority {
 		// A higher claim arrived while we were claiming: we lost the race
-		// unless that claim has since been released.
+		// unless that claim has since been released. (Our own token may
+		// have come back first, through a push/pull carrying the register
+		// the authority minted it in: that is no rival.)
 		s.phase = Unowned
 		if !s.holder.Released {
 			m.lose(p, s.holder.Token, ErrLeaseSuperseded)
@@ -561,7 +573,7 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 		return
 	}
 	s.hasAnswer = false
-	if m.cfg.StrictAuthority && t.Compare(s.holder.Token) <= 0 {
+	if m.cfg.StrictAuthority && t.Compare(s.holder.Token) < 0 {
 		s.floor = s.holder.Token
 	} else {
 		s.floor = Token{}
@@ -870,19 +882,34 @@ func (m *Machine) lose(p uint32, higher Token, cause error) {
 	s.phase = Unowned
 	// A live member holds the partition: stay out until the view changes,
 	// so two nodes with different views don't fence each other in turn.
-	// A dead or former self holds nothing that needs respecting.
-	if m.live(higher) && (m.cfg.Knobs == nil || !m.cfg.Knobs.ForgetFencedView) {
+	// A former self holds nothing that needs respecting. A member this
+	// node holds dead that has just claimed above it is alive to someone:
+	// views are not transitive (it and this node can't reach each other,
+	// others reach both), and claiming back after the grace period would
+	// duel it at the pace of Grace. Respect it for StableAfter, the time
+	// views take to settle, then treat it as the dead holder it may be.
+	if m.cfg.Knobs != nil && m.cfg.Knobs.ForgetFencedView {
+		return
+	}
+	switch {
+	case m.live(higher):
 		s.fencedView = m.view
+	case higher.Owner != m.cfg.Self.Name:
+		s.rivalUntil = m.now + uint64(m.cfg.StableAfterTicks)
 	}
 }
 
-// live reports whether t's owner is another node in the current view.
+// live reports whether t's owner is another node in the current view, in
+// the life that holds t (when the view says which life is current).
 func (m *Machine) live(t Token) bool {
 	if t.Owner == m.cfg.Self.Name {
 		return false // us, or our previous incarnation
 	}
-	_, ok := slices.BinarySearch(m.members, t.Owner)
-	return ok
+	if _, ok := slices.BinarySearch(m.members, t.Owner); !ok {
+		return false
+	}
+	inc, known := m.lives[t.Owner]
+	return !known || inc == t.Incarnation
 }
 
 // wants reports whether this node should hold p now.
@@ -896,7 +923,7 @@ func (m *Machine) stepDown() bool {
 	if m.cfg.Knobs != nil && m.cfg.Knobs.NoStepDown {
 		return false
 	}
-	return !m.q.ok && m.noQuorum > m.cfg.StepDownTicks
+	return !m.q.ok && m.noQuorum >= m.cfg.StepDownTicks
 }
 
 func (m *Machine) stepAll() {
@@ -932,10 +959,14 @@ func (m *Machine) step(p uint32) {
 			s.wanting, s.wantSince = true, m.now
 			s.failover = !h.Token.IsZero() && !h.Released && h.Token.Owner != m.cfg.Self.Name && !m.live(h.Token)
 		}
-		if s.fencedView == m.view && !s.holder.Released {
+		if s.fencedView == m.view && !s.holder.Released && m.live(s.holder.Token) {
 			// Fenced out by a live rival: don't contest it until the view
-			// changes (L5), unless it has since released the partition.
+			// changes (L5), unless it has since released the partition or
+			// died (a restart under the same name changes no placement).
 			return
+		}
+		if m.now < s.rivalUntil && !s.holder.Released && s.holder.Token.Owner != m.cfg.Self.Name {
+			return // fenced out by a rival this node can't see (see lose)
 		}
 		s.fencedView = 0
 		if !m.mayClaim(p) || m.now < s.retryAt || s.call != noCall ||

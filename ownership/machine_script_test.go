@@ -21,7 +21,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the sc
 //
 //	config self=a:1 partitions=4 [grace= handoff= stepdown= stableafter= retry= maxretry=
 //	       acquire= release= minquorum= maxclaims=] [bootstrap] [fenced] [strict] [knobs=a,b]
-//	view members=a,b owners=a,a,b,b|none [left=c] [leaving=b] [shows=b:2:a,b,c]
+//	view members=a,b[:inc] owners=a,a,b,b|none [left=c] [leaving=b] [shows=b:2:a+b+c]
 //	heard-stable v=2 members=a,b,c
 //	tick [n]
 //	heard p0 e1/b:2 [released]
@@ -137,8 +137,12 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 		}
 		leaving := list(c.Args["leaving"])
 		members := list(c.Args["members"])
-		for _, n := range members {
-			v.Members = append(v.Members, ViewMember{Name: n, Stable: shows[n], Leaving: slices.Contains(leaving, n)})
+		for i, n := range members {
+			// name:incarnation gives the member's life.
+			name, inc, _ := strings.Cut(n, ":")
+			members[i] = name
+			life, _ := strconv.ParseUint(inc, 10, 64)
+			v.Members = append(v.Members, ViewMember{Name: name, Incarnation: life, Stable: shows[name], Leaving: slices.Contains(leaving, name)})
 		}
 		if o := c.Args["owners"]; o != "none" {
 			v.Placement = &scriptPlacement{members: members, owners: list(o)}

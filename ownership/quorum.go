@@ -17,6 +17,12 @@ import "slices"
 //     be a minority of anything. A member that shows one comes back from
 //     the far side of a split, and the view may still hold the members
 //     lost to that split (not yet detected): it joins by promotion;
+//     fresh joins are immediate so that a cluster that has just formed or
+//     grown doesn't stall when an early member crashes; the price is that
+//     a view taken while a split is still undetected can grow the set with
+//     fresh members of both sides, and both sides may then count a quorum
+//     until the split heals (the fence keeps that safe, L5 keeps it from
+//     duelling; the simulator counts it);
 //   - leave: at once when a member leaves gracefully: it said goodbye, so it
 //     is not on the other side of a split. If the view held a quorum just
 //     before, the stable set becomes the view, which drops members that
@@ -54,6 +60,9 @@ type quorum struct {
 // it.
 type ViewMember struct {
 	Name string
+	// Incarnation is the member's current life, when known (0: unknown). A
+	// claim held by an earlier life of a member is a dead holder's.
+	Incarnation uint64
 	// Stable is the ID of the stable membership the member holds (from its
 	// metadata); zero if it has none yet or says nothing.
 	Stable StableID
@@ -106,6 +115,11 @@ func (q *quorum) heard(now uint64, s Stable) bool {
 		return false
 	}
 	q.stable = s
+	// The view must now stay unchanged for StableAfter before this node
+	// promotes it over the set it just learned: otherwise two nodes whose
+	// views differ (one wrongly holds a member dead) replace each other's
+	// sets as fast as gossip carries them.
+	q.viewSince = now
 	q.eval(now)
 	return true
 }
@@ -152,7 +166,7 @@ func (q *quorum) eval(now uint64) bool {
 // count reports whether seen holds a quorum of the stable membership.
 func (q *quorum) count(seen []string) bool {
 	if q.knobs != nil && q.knobs.HalfIsQuorum {
-		return 2*countIn(seen, q.stable.Members) >= len(q.stable.Members) && len(q.stable.Members) > 0
+		return len(q.stable.Members) > 0 && 2*countIn(seen, q.stable.Members) >= len(q.stable.Members)
 	}
 	return quorumCount(q.stable.Members, seen)
 }

@@ -104,24 +104,13 @@ func (s Stable) valid() bool {
 }
 
 // quorumCount reports whether seen (sorted names, the members a node sees)
-// holds a quorum of the stable membership: more than half of its members,
-// or exactly half when that half holds the lowest-named member. The
-// tie-breaker keeps an even stable set (say {a,b,c,d}, or {a,c} after b
-// left while c was down) from halting when half of it is gone: of two
-// disjoint halves only the one with the lowest name counts.
+// holds a quorum of the stable membership: more than half of its members.
+// Exactly half is not a quorum, whichever half: a tie-breaker (say, the
+// half with the lowest name) would let a half count against a stable set
+// that was just grown by a join, while the other side still counts a
+// majority of the set before the join (found by the simulator).
 func quorumCount(stable []string, seen []string) bool {
-	if len(stable) == 0 {
-		return false
-	}
-	n := countIn(seen, stable)
-	if 2*n > len(stable) {
-		return true
-	}
-	if 2*n < len(stable) {
-		return false
-	}
-	_, lowest := slices.BinarySearch(seen, stable[0])
-	return lowest
+	return len(stable) > 0 && 2*countIn(seen, stable) > len(stable)
 }
 
 // countIn counts the names of sub found in sorted set.

@@ -12,12 +12,14 @@ import (
 )
 
 // An Authority mints epochs in etcd, on the fence keys themselves: a
-// claim moves partition p's mark from the epoch the claimant has seen to
-// the next one and makes the claimant its owner, in one transaction that
-// compares the mark first, or fails if another claim or fence moved it. It
-// gives S4: per partition, epochs are dense (1, 2, 3, ...), increase in
-// real-time order (etcd's transactions are linearizable), and each is held
-// by one node. A successful claim is also a fence: no Do under an older
+// claim moves partition p's mark to the epoch after the one the claimant
+// has seen and makes the claimant its owner, in one transaction that
+// compares the mark first, or fails if another claim or fence moved it past
+// what the claimant saw. It gives S4: per partition, epochs increase in
+// real-time order (etcd's transactions are linearizable), each is held by
+// one node, and they are dense (1, 2, 3, ...) as long as the keys are kept.
+// A claimant that has seen more than etcd holds (keys restored from a
+// backup) claims above what it saw, so no token is issued twice. A successful claim is also a fence: no Do under an older
 // token applies anything after Claim returns.
 //
 // Use it only on a prefix whose marks all come from this authority (Fence
@@ -38,9 +40,9 @@ func (f *Fence) Authority() *Authority { return &Authority{f: f} }
 func (a *Authority) Strict() bool { return true }
 
 // Claim makes n the owner of partition p in epoch seen.Epoch+1, provided
-// the partition's mark is still in epoch seen.Epoch (zero seen: p has no
-// mark yet). Otherwise it returns a *ownership.ConflictError carrying p
-// and the mark (the zero token if p has none). seen is normally the mark
+// the partition's mark is not above epoch seen.Epoch (a partition without
+// a mark is at epoch 0). Otherwise it returns a *ownership.ConflictError
+// carrying p and the mark. seen is normally the mark
 // read with Fence.Current or the token of the last claim; only its epoch
 // is compared.
 func (a *Authority) Claim(ctx context.Context, p uint32, n ownership.Node, seen ownership.Token) (ownership.Token, error) {
@@ -69,7 +71,7 @@ func (a *Authority) Claim(ctx context.Context, p uint32, n ownership.Node, seen 
 		}
 		cmp = clientv3.Compare(clientv3.Value(key), "=", want)
 	}
-	for range 2 {
+	for range 3 {
 		resp, err := a.f.kv.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, put)).Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
 			return ownership.Token{}, fmt.Errorf("etcdfence: claim of p%d above epoch %d: %w", p, seen.Epoch, err)
@@ -81,12 +83,18 @@ func (a *Authority) Claim(ctx context.Context, p uint32, n ownership.Node, seen 
 		if err != nil {
 			return ownership.Token{}, fmt.Errorf("etcdfence: claim of p%d: %w", p, err)
 		}
-		if seen.Epoch == 0 || cur.Epoch != seen.Epoch {
+		if cur.Epoch > seen.Epoch {
 			return ownership.Token{}, &ownership.ConflictError{Partition: p, Seen: seen, Current: cur}
 		}
-		// The mark is in seen's epoch under another name: seen was not the
-		// token itself. Compare the revision of the mark just read.
+		// The mark is not past seen's epoch, but it is not seen itself:
+		// seen's epoch under another name, or an earlier epoch (the keys
+		// were restored from a backup, or deleted, while gossip remembers
+		// later epochs). Claim above seen, comparing the revision of the
+		// mark just read.
 		cmp = clientv3.Compare(clientv3.ModRevision(key), "=", rev)
+		if rev == 0 {
+			cmp = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		}
 	}
 	cur, err := a.f.Current(ctx, p)
 	if err != nil {

@@ -11,17 +11,24 @@ import (
 )
 
 // An Authority mints epochs from the fence table itself, with a conditional
-// update: a claim moves partition p's mark from the epoch the claimant has
-// seen to the next one and makes the claimant its owner, or fails if
+// upsert: a claim moves partition p's mark to the epoch after the one the
+// claimant has seen and makes the claimant its owner, provided the mark is
+// not already past what the claimant saw; otherwise it fails, because
 // another claim or fence moved it first. It gives S4: per partition, epochs
-// are dense (1, 2, 3, ...), increase in real-time order, and each is held by
-// one node. A successful claim is also a fence: the new token is the mark,
-// so no write under an older token commits after Claim returns.
+// increase in real-time order and each is held by one node, and they are
+// dense (1, 2, 3, ...) as long as the table keeps its rows. A successful
+// claim is also a fence: the new token is the mark, so no write under an
+// older token commits after Claim returns.
+//
+// When the claimant has seen more than the table holds (the table was
+// reset or restored from a backup, and gossip remembers later epochs), the
+// claim jumps to the epoch after the one seen. So a token is never issued
+// twice, even across a reset: a restored table would otherwise hand a node
+// the very token it held before the reset.
 //
 // Use it only on a table whose marks all come from this authority (Fence
-// and Monotonic writes with its tokens are fine); tokens minted elsewhere
-// would break density. An Authority is safe for concurrent use and may
-// block on the database.
+// and Monotonic writes with its tokens are fine). An Authority is safe for
+// concurrent use and may block on the database.
 type Authority struct {
 	f *Fence
 }
@@ -41,9 +48,9 @@ func (a *Authority) Strict() bool { return true }
 type ConflictError = ownership.ConflictError
 
 // Claim makes n the owner of partition p in epoch seen.Epoch+1, provided
-// the partition's mark is still at seen.Epoch (zero seen: p has no row
-// yet). Otherwise it returns a *ConflictError carrying the mark. seen is
-// normally the mark read with Fence.Current or the token of the last claim;
+// the partition's mark is not above seen.Epoch (a partition without a row
+// has mark 0). Otherwise it returns a *ConflictError carrying the mark: claim
+// again above it. seen is normally the highest token the claimant knows;
 // only its epoch is compared.
 func (a *Authority) Claim(ctx context.Context, p uint32, n ownership.Node, seen ownership.Token) (ownership.Token, error) {
 	if n.Name == "" {
@@ -59,12 +66,7 @@ func (a *Authority) Claim(ctx context.Context, p uint32, n ownership.Node, seen 
 		return ownership.Token{}, fmt.Errorf("sqlfence: claim of p%d: epoch %d is the last", p, seen.Epoch)
 	}
 	inc := incarnationText(n.Incarnation)
-	var row *sql.Row
-	if seen.Epoch == 0 {
-		row = a.f.db.QueryRowContext(ctx, a.f.sql.claimFirst, int64(p), n.Name, inc)
-	} else {
-		row = a.f.db.QueryRowContext(ctx, a.f.sql.claim, int64(p), n.Name, inc, int64(seen.Epoch))
-	}
+	row := a.f.db.QueryRowContext(ctx, a.f.sql.claim, int64(p), n.Name, inc, int64(seen.Epoch))
 	var epoch int64
 	err := row.Scan(&epoch)
 	switch {

@@ -97,7 +97,6 @@ type statements struct {
 	current    string
 	lock       string
 	claim      string
-	claimFirst string
 }
 
 func (d Dialect) statements(table string) statements {
@@ -113,10 +112,12 @@ func (d Dialect) statements(table string) statements {
 		fence:   fenceSQL(table, d.collate, "$1, $2, $3, $4"),
 		current: fmt.Sprintf(`SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1`, table),
 		lock:    fmt.Sprintf(d.lock, table),
-		claim: fmt.Sprintf(`UPDATE %s SET epoch = epoch + 1, owner = $2, incarnation = $3
-WHERE partition_id = $1 AND epoch = $4 RETURNING epoch`, table),
-		claimFirst: fmt.Sprintf(`INSERT INTO %s (partition_id, epoch, owner, incarnation)
-VALUES ($1, 1, $2, $3) ON CONFLICT (partition_id) DO NOTHING RETURNING epoch`, table),
+		claim: fmt.Sprintf(`INSERT INTO %s AS f (partition_id, epoch, owner, incarnation)
+VALUES ($1, $4 + 1, $2, $3)
+ON CONFLICT (partition_id) DO UPDATE
+SET epoch = excluded.epoch, owner = excluded.owner, incarnation = excluded.incarnation
+WHERE f.epoch <= $4
+RETURNING epoch`, table),
 	}
 }
 

@@ -430,15 +430,21 @@ func TestAuthorityClaims(t *testing.T) {
 			if _, err := a.Claim(ctx, 9, na, ta); !errors.Is(err, ownership.ErrConflict) {
 				t.Fatalf("claim above a superseded epoch = %v", err)
 			}
-			_, err = a.Claim(ctx, 9, na, tok(9, 7, "x", 0))
-			if ce, ok := errors.AsType[*sqlfence.ConflictError](err); !ok || ce.Partition != 9 || !ce.Current.Same(tb) {
-				t.Fatalf("claim above an epoch the table never had = %v, want a conflict on p9 carrying %v", err, tb)
+			// A claimant that has seen more than the table holds (a table
+			// reset or restored, gossip remembering later epochs) claims
+			// above what it saw: no token is issued twice across a reset.
+			// Issue 11, defect 6: this used to be a conflict carrying the
+			// lower mark, and claims above gossip's epoch lost forever.
+			tc, err := a.Claim(ctx, 9, na, tok(9, 7, "x", 0))
+			if err != nil || !tc.Same(tok(9, 8, "a", 1<<63)) {
+				t.Fatalf("claim above an epoch the table never had = %v, %v; want epoch 8", tc, err)
 			}
-			// A partition with no row: the conflict carries the zero mark.
-			_, err = a.Claim(ctx, 12, na, tok(12, 3, "x", 0))
-			if ce, ok := errors.AsType[*sqlfence.ConflictError](err); !ok || ce.Partition != 12 || !ce.Current.IsZero() {
-				t.Fatalf("claim above epoch 3 of a partition without a row = %v, want a conflict on p12 with a zero mark", err)
+			wantStale(t, kv.put(ctx, f, tb, ownership.Exact, "k", "late"), tc)
+			// A partition with no row the same way.
+			if td, err := a.Claim(ctx, 12, na, tok(12, 3, "x", 0)); err != nil || td.Epoch != 4 {
+				t.Fatalf("claim above epoch 3 of a partition without a row = %v, %v; want epoch 4", td, err)
 			}
+			tb = tc
 			for _, bad := range []struct {
 				n    ownership.Node
 				seen ownership.Token

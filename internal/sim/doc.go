@@ -1,0 +1,28 @@
+// Package sim is a deterministic simulator of a tenure cluster: N real
+// ownership.Machines (with their real quorum and stable-membership code,
+// registers, gossip authorities and gossip codec) wired to a model of the
+// rest of the world, driven by one seeded random source on logical time.
+// A seed replays exactly, event for event.
+//
+// The model: per-node membership views that follow a connectivity matrix
+// with detection delays (one-way cuts, partitions, drops, delays, crashes,
+// restarts with new incarnations, pauses, clock skew, graceful leaves),
+// gossip broadcasts and push/pull state exchanges carried as the real
+// encoded messages, an authority (each node's gossip authority, or a strict
+// compare-and-swap authority like the SQL one), a fenced resource in Exact
+// mode, handlers with delays and overruns, writers whose writes can be held
+// past a pause, and an adversary that forges gossip.
+//
+// Checks, after every event: S1 (the resource never applies a write below
+// its mark), S2 (a lease is served only once the resource was fenced with
+// it), S3 (no token is minted twice), S4 with the strict authority (epochs
+// dense and in order, one holder each); no lease granted to a node that has
+// sat in a minority of the live nodes for longer than detection and step
+// down; no claim storms. After every heal, within a bound: one owner per
+// partition, its ring owner, holding the resource's mark, agreed on by
+// every node; a bounded number of new epochs per partition (no duels).
+//
+// The package is for tenure's own tests: see sim_test.go for the
+// randomized runs, the negative controls and the figures, and
+// testdata/*.txt for scripted scenarios.
+package sim

@@ -1,0 +1,292 @@
+package sim
+
+import (
+	"slices"
+)
+
+// network models what memberlist gives each node: which members it sees.
+// Packets from node i reach node j when link[i][j]. Node i sees j when j
+// answers its probes, directly (both directions up) or through a third node
+// (memberlist's indirect probes); a change of what is true takes effect in
+// i's view after a detection delay drawn per observer, so nodes disagree
+// for a while, as they do for real.
+type network struct {
+	s    *Sim
+	link [][]bool
+	drop float64
+	sees [][]bool
+	flip [][]uint64 // tick a pending change of sees[i][j] is due; 0 none
+	// left[i] names members that said goodbye to i since its last view.
+	left  [][]string
+	dirty []bool // node i's machine needs a new view
+	// blind[i][j]: i's failure detector wrongly holds j dead (asymmetric
+	// loss that defeats even indirect probes), so views disagree.
+	blind [][]bool
+}
+
+func newNetwork(s *Sim, n int) *network {
+	nw := &network{s: s, left: make([][]string, n), dirty: make([]bool, n)}
+	for i := range n {
+		nw.link = append(nw.link, make([]bool, n))
+		nw.sees = append(nw.sees, make([]bool, n))
+		nw.flip = append(nw.flip, make([]uint64, n))
+		nw.blind = append(nw.blind, make([]bool, n))
+		for j := range n {
+			nw.link[i][j] = true
+		}
+	}
+	return nw
+}
+
+// answers reports whether node j answers probes (a live, running process).
+func (nw *network) answers(j int) bool { return nw.s.nodes[j].running() }
+
+func (nw *network) bidi(i, j int) bool { return nw.link[i][j] && nw.link[j][i] }
+
+// reachable is what memberlist would find true: i can probe j directly or
+// through another node.
+func (nw *network) reachable(i, j int) bool {
+	if i == j {
+		return true
+	}
+	if !nw.answers(j) || !nw.answers(i) || nw.blind[i][j] {
+		return false
+	}
+	if nw.bidi(i, j) {
+		return true
+	}
+	for k := range nw.s.nodes {
+		if k != i && k != j && nw.answers(k) && nw.bidi(i, k) && nw.bidi(k, j) {
+			return true
+		}
+	}
+	return false
+}
+
+// step moves every view one tick towards the truth.
+func (nw *network) step() {
+	s := nw.s
+	for i, n := range s.nodes {
+		if !n.running() {
+			continue
+		}
+		for j := range s.nodes {
+			truth := nw.reachable(i, j)
+			if truth == nw.sees[i][j] {
+				nw.flip[i][j] = 0
+				continue
+			}
+			if nw.flip[i][j] == 0 {
+				d := s.between(s.cfg.DetectMin, s.cfg.DetectMax)
+				if truth {
+					d = s.between(1, s.cfg.JoinDelay)
+				}
+				nw.flip[i][j] = s.now + uint64(d)
+				continue
+			}
+			if s.now >= nw.flip[i][j] {
+				nw.flip[i][j] = 0
+				nw.sees[i][j] = truth
+				nw.dirty[i] = true
+				if truth && i != j {
+					nw.join(i, j)
+				}
+			}
+		}
+	}
+	// Anti-entropy: every PushPull ticks each node exchanges full state
+	// with one member it sees, as memberlist's push/pull does.
+	if p := uint64(s.cfg.PushPull); p > 0 {
+		for i, n := range s.nodes {
+			if n.running() && (s.now+uint64(i))%p == 0 {
+				var peers []int
+				for j := range s.nodes {
+					if j != i && nw.sees[i][j] {
+						peers = append(peers, j)
+					}
+				}
+				if len(peers) > 0 {
+					nw.pushPull(i, peers[s.rng.IntN(len(peers))])
+				}
+			}
+		}
+	}
+	for i, n := range s.nodes {
+		if nw.dirty[i] && n.running() {
+			nw.dirty[i] = false
+			n.setView()
+		}
+	}
+}
+
+// refreshAll rebuilds every running node's view from the truth at once
+// (the cluster's formation).
+func (nw *network) refreshAll() {
+	for i := range nw.s.nodes {
+		for j := range nw.s.nodes {
+			nw.sees[i][j] = nw.reachable(i, j)
+		}
+		nw.dirty[i] = true
+	}
+}
+
+// view returns the members node i sees, sorted, and the names that left.
+func (nw *network) view(i int) (members []int, left []string) {
+	for j := range nw.s.nodes {
+		if nw.sees[i][j] {
+			members = append(members, j)
+		}
+	}
+	left, nw.left[i] = nw.left[i], nil
+	return members, left
+}
+
+// viewPeek is view without taking the left notices.
+func (nw *network) viewPeek(i int) ([]int, []string) {
+	var members []int
+	for j := range nw.s.nodes {
+		if nw.sees[i][j] {
+			members = append(members, j)
+		}
+	}
+	return members, nw.left[i]
+}
+
+// metaChanged tells the nodes that see n that its metadata changed: they
+// rebuild their views once the update has travelled.
+func (nw *network) metaChanged(n *node) {
+	s := nw.s
+	for i := range s.nodes {
+		if i != n.idx && nw.sees[i][n.idx] && nw.link[n.idx][i] {
+			s.after(s.between(1, s.cfg.GossipDelay), func() { nw.dirty[i] = true })
+		}
+	}
+	nw.dirty[n.idx] = true
+}
+
+// departed removes a node that left gracefully from the views of those
+// that hear its goodbye; the others detect it gone.
+func (nw *network) departed(n *node) {
+	s := nw.s
+	for i := range s.nodes {
+		if i == n.idx || !nw.sees[i][n.idx] || !nw.link[n.idx][i] {
+			continue
+		}
+		s.after(s.between(1, s.cfg.GossipDelay), func() {
+			if nw.sees[i][n.idx] && !nw.answers(n.idx) {
+				nw.sees[i][n.idx] = false
+				nw.left[i] = append(nw.left[i], n.name)
+				nw.dirty[i] = true
+			}
+		})
+	}
+}
+
+// send delivers a message from i to j after a gossip delay, unless the link
+// is down or the packet is dropped.
+func (nw *network) send(i, j int, msg []byte) {
+	s := nw.s
+	if i == j || !nw.link[i][j] || s.chance(nw.drop) {
+		return
+	}
+	to := s.nodes[j]
+	life := to.life
+	s.after(s.between(1, s.cfg.GossipDelay), func() { to.receive(life, msg) })
+}
+
+// broadcast sends msg from i to every member i sees.
+func (nw *network) broadcast(i int, msg []byte) {
+	for j := range nw.s.nodes {
+		if nw.sees[i][j] {
+			nw.send(i, j, msg)
+		}
+	}
+}
+
+// pushPull exchanges the full state of i and j, when they can talk both
+// ways (a TCP exchange: no drops).
+func (nw *network) pushPull(i, j int) {
+	s := nw.s
+	if i == j || !nw.bidi(i, j) || !nw.answers(i) || !nw.answers(j) {
+		return
+	}
+	a, b := s.nodes[i], s.nodes[j]
+	ma, mb := a.state(), b.state()
+	la, lb := a.life, b.life
+	d := s.between(1, s.cfg.GossipDelay)
+	s.after(d, func() { b.receive(lb, ma) })
+	s.after(d, func() { a.receive(la, mb) })
+}
+
+// join is what memberlist does when node i finds member j (a join, or a
+// rejoin after a partition): a push/pull in which i gets j's state and
+// member list at once, before i's machine sees the new members, so a node
+// knows the current holders before its ring tells it to claim.
+func (nw *network) join(i, j int) {
+	s := nw.s
+	if !nw.bidi(i, j) || !nw.answers(j) {
+		return
+	}
+	a, b := s.nodes[i], s.nodes[j]
+	a.receive(a.life, b.state())
+	b.receive(b.life, a.state())
+	for k := range s.nodes {
+		if nw.sees[j][k] && nw.reachable(i, k) && !nw.sees[i][k] {
+			nw.sees[i][k] = true
+			nw.flip[i][k] = 0
+		}
+	}
+	nw.dirty[j] = true
+}
+
+// split cuts every link between the groups (both directions).
+func (nw *network) split(groups ...[]int) {
+	in := make([]int, len(nw.s.nodes))
+	for g, members := range groups {
+		for _, m := range members {
+			in[m] = g + 1
+		}
+	}
+	for i := range nw.link {
+		for j := range nw.link[i] {
+			nw.link[i][j] = in[i] == in[j] || in[i] == 0 || in[j] == 0
+		}
+	}
+}
+
+// heal restores every link and stops dropping packets.
+func (nw *network) heal() {
+	for i := range nw.link {
+		for j := range nw.link[i] {
+			nw.link[i][j] = true
+			nw.blind[i][j] = false
+		}
+	}
+	nw.drop = 0
+}
+
+// components returns the groups of running nodes that can all talk both
+// ways with one another (connected by bidirectional links).
+func (nw *network) components() [][]int {
+	s := nw.s
+	seen := make([]bool, len(s.nodes))
+	var out [][]int
+	for i := range s.nodes {
+		if seen[i] || !nw.answers(i) {
+			continue
+		}
+		comp := []int{i}
+		seen[i] = true
+		for k := 0; k < len(comp); k++ {
+			for j := range s.nodes {
+				if !seen[j] && nw.answers(j) && nw.bidi(comp[k], j) {
+					seen[j] = true
+					comp = append(comp, j)
+				}
+			}
+		}
+		slices.Sort(comp)
+		out = append(out, comp)
+	}
+	return out
+}

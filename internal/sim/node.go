@@ -1,0 +1,427 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/tenure-go/tenure/ownership"
+)
+
+// cluster is the simulated cluster's name.
+const cluster = "sim"
+
+// node is one simulated process: the real machine, register and gossip
+// authority, and a shell modelled on the coordinator's loop.
+type node struct {
+	s    *Sim
+	idx  int
+	name string
+
+	up       bool // a process exists: not crashed, not departed
+	departed bool
+	paused   bool
+	life     int      // bumped by every crash and restart
+	backlog  []func() // inputs that arrived while paused
+	self     ownership.Node
+	m        *ownership.Machine
+	reg      *ownership.Register
+	auth     *ownership.GossipAuthority
+	stable   ownership.Stable
+	leaving  bool
+	skew     int // 0 normal, 1 fast (two ticks a tick), -1 slow (one every other)
+	// servedTok is the lease callers may have, per partition (zero: none).
+	servedTok []ownership.Token
+	// acquired: tokens whose Acquire succeeded and whose Release has not
+	// been called yet (the handler contract).
+	acquired map[ownership.Token]bool
+}
+
+func key(t ownership.Token) ownership.Token {
+	t.MAC = [ownership.MACSize]byte{}
+	return t
+}
+
+// start starts a new life of the node.
+func (n *node) start(bootstrap bool) {
+	s := n.s
+	prev := n.self.Incarnation
+	n.up, n.departed, n.paused, n.leaving, n.skew = true, false, false, false, 0
+	n.life++
+	n.backlog = nil
+	n.self = ownership.Node{Name: n.name, Incarnation: s.incarnation()}
+	if s.cfg.Bugs.ReuseIncarnation && prev != 0 {
+		n.self.Incarnation = prev
+	}
+	n.reg, _ = ownership.NewRegister(s.cfg.Partitions)
+	n.auth, _ = ownership.NewGossipAuthority(n.reg, s.keys)
+	n.stable = ownership.Stable{}
+	s.chk.outdated[n.idx] = false
+	n.servedTok = make([]ownership.Token, s.cfg.Partitions)
+	n.acquired = make(map[ownership.Token]bool)
+	c := s.cfg
+	knobs := c.Knobs
+	m, err := ownership.NewMachine(ownership.MachineConfig{
+		Self: n.self, Partitions: c.Partitions, Bootstrap: bootstrap,
+		Fenced: true, StrictAuthority: c.Strict,
+		GraceTicks: c.Grace, HandoffTicks: c.Handoff, StepDownTicks: c.StepDown,
+		StableAfterTicks: c.StableAfter, RetryTicks: c.Retry, MaxRetryTicks: c.MaxRetry,
+		AcquireTicks: c.Acquire, ReleaseTicks: c.Release, MaxClaims: 4,
+		Rand: s.rng, Knobs: &knobs,
+	})
+	if err != nil {
+		panic(err)
+	}
+	n.m = m
+	s.tracef("%s starts, incarnation %x", n.name, n.self.Incarnation)
+	if s.net != nil {
+		// A new process knows only itself until it joins; the others see
+		// its new incarnation in its metadata.
+		for j := range s.nodes {
+			s.net.sees[n.idx][j] = j == n.idx
+			s.net.flip[n.idx][j] = 0
+		}
+		s.net.left[n.idx] = nil
+		s.net.metaChanged(n)
+	}
+	n.perform()
+}
+
+// running reports whether the node processes inputs now.
+func (n *node) running() bool { return n.up && !n.paused }
+
+func (n *node) served(p uint32) bool { return !n.servedTok[p].IsZero() }
+
+// servesAny reports whether callers may have any lease of the node.
+func (n *node) servesAny() bool {
+	for _, t := range n.servedTok {
+		if !t.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// input runs fn on the node, in life, as the loop would: later if paused,
+// never if the node crashed since.
+func (n *node) input(life int, fn func()) {
+	if !n.up || n.life != life {
+		return
+	}
+	if n.paused {
+		n.backlog = append(n.backlog, fn)
+		return
+	}
+	n.s.Events++
+	fn()
+	n.perform()
+}
+
+// resume ends a pause: the backlog runs in order.
+func (n *node) resume() {
+	if !n.paused || !n.up {
+		return
+	}
+	n.paused = false
+	b := n.backlog
+	n.backlog = nil
+	for _, fn := range b {
+		n.s.Events++
+		fn()
+		n.perform()
+	}
+	n.s.net.dirty[n.idx] = true
+	n.s.tracef("%s resumes", n.name)
+}
+
+// tick is the machine's clock, and the writers.
+func (n *node) tick() {
+	s := n.s
+	if !n.running() {
+		return
+	}
+	ticks := 1
+	switch {
+	case n.skew > 0:
+		ticks = 2
+	case n.skew < 0 && s.now%2 == 1:
+		ticks = 0
+	}
+	for range ticks {
+		s.Events++
+		n.m.Tick()
+		n.perform()
+	}
+	if n.leaving && n.m.Idle() {
+		n.depart()
+		return
+	}
+	for p, t := range n.servedTok {
+		if !t.IsZero() && s.chance(0.3) {
+			s.res.write(n, uint32(p), t)
+		}
+	}
+}
+
+// placed returns the members the node's ring places on, as it sees them.
+func (n *node) placed() []string {
+	members, _ := n.s.net.viewPeek(n.idx)
+	var out []string
+	for _, j := range members {
+		if m := n.s.nodes[j]; !m.leaving {
+			out = append(out, m.name)
+		}
+	}
+	return out
+}
+
+// setView gives the machine the node's current view.
+func (n *node) setView() {
+	s := n.s
+	members, left := s.net.view(n.idx)
+	v := ownership.View{Left: left}
+	var placed []string
+	for _, j := range members {
+		m := s.nodes[j]
+		v.Members = append(v.Members, ownership.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stable.ID(), Leaving: m.leaving})
+		if !m.leaving {
+			placed = append(placed, m.name)
+		}
+	}
+	slices.Sort(placed)
+	if len(placed) > 0 {
+		v.Placement = s.table(placed)
+	}
+	s.Events++
+	if err := n.m.SetView(v); err != nil {
+		panic(err)
+	}
+	n.perform()
+}
+
+// perform carries out the machine's actions, as the coordinator's loop
+// does, with the model's delays.
+func (n *node) perform() {
+	s := n.s
+	life := n.life
+	for _, a := range n.m.Ready() {
+		switch a.Kind {
+		case ownership.ActClaim:
+			s.tracef("%s claims p%d above %v", n.name, a.Partition, a.Token)
+			s.chk.claimed(n, a.Partition)
+			n.claim(life, a.Partition, a.Token)
+		case ownership.ActFence:
+			t := a.Token
+			s.after(s.between(0, 2), func() {
+				_, err := s.res.fence(t)
+				s.after(s.between(0, 1), func() { n.input(life, func() { n.m.Fenced(t, err) }) })
+			})
+		case ownership.ActAcquire:
+			t := a.Token
+			d := s.between(0, 2)
+			if s.chance(0.01) {
+				d = s.cfg.Acquire + s.between(1, 5) // an Acquire that overruns
+			}
+			var err error
+			if s.chance(0.02) {
+				err = errors.New("handler failed")
+			}
+			s.after(d, func() {
+				n.input(life, func() {
+					if err == nil {
+						n.acquired[key(t)] = true
+					}
+					n.m.Acquired(t, err)
+				})
+			})
+		case ownership.ActServe:
+			s.tracef("%s serves %v", n.name, a.Token)
+			s.chk.serve(n, a.Token)
+			n.servedTok[a.Partition] = a.Token
+		case ownership.ActRelease:
+			t := a.Token
+			s.chk.release(n, t)
+			if a.Cause == nil {
+				n.unserve(t)
+			}
+			d := s.between(0, 2)
+			if s.chance(0.01) {
+				d = s.cfg.Release + s.between(1, 5) // a Release that overruns
+			}
+			s.after(d, func() { n.input(life, func() { n.m.Released(t) }) })
+		case ownership.ActEnd:
+			s.tracef("%s ends %v (%v)", n.name, a.Token, a.Cause)
+			n.unserve(a.Token)
+			if errors.Is(a.Cause, ownership.ErrLeaseFailed) || errors.Is(a.Cause, ownership.ErrLeaseTimeout) {
+				// The handler's doing, not the protocol's: the duel
+				// bound doesn't count the epoch.
+				s.chk.epochs[a.Partition]--
+			}
+		case ownership.ActPublish:
+			s.tracef("%s publishes %v released=%v", n.name, a.Token, a.Released)
+			cl := ownership.Claim{Token: a.Token, Released: a.Released}
+			n.reg.ObserveClaim(cl)
+			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: cl})
+		case ownership.ActStable:
+			n.stable = a.Stable
+			n.gossip(ownership.GossipMessage{Kind: ownership.GossipStable, Stable: a.Stable})
+			s.net.metaChanged(n)
+		case ownership.ActSync:
+			if m := s.nodeByName(a.Node); m != nil {
+				s.net.pushPull(n.idx, m.idx)
+			}
+		case ownership.ActQuorum:
+			s.tracef("%s quorum %v (stable %v)", n.name, a.OK, n.m.Stable())
+		}
+	}
+}
+
+func (n *node) unserve(t ownership.Token) {
+	if n.servedTok[t.Partition].Same(t) {
+		n.servedTok[t.Partition] = ownership.Token{}
+	}
+}
+
+// claim asks the authority for a token and feeds the answer back.
+func (n *node) claim(life int, p uint32, seen ownership.Token) {
+	s := n.s
+	s.after(s.between(0, 1), func() {
+		var (
+			t   ownership.Token
+			err error
+		)
+		if s.cfg.Strict {
+			t, err = s.res.claim(p, n.self, seen)
+		} else if n.up && n.life == life {
+			t, err = n.auth.Claim(context.Background(), p, n.self, seen)
+		} else {
+			return
+		}
+		if err == nil {
+			t = s.keys.Sign(t)
+			s.chk.minted(n, t)
+		}
+		s.after(s.between(0, 1), func() {
+			n.input(life, func() {
+				s.tracef("%s claimed p%d: %v %v (holder %v)", n.name, p, t, err, n.m.Holder(p))
+				n.m.Claimed(p, t, err)
+				ph, tok := n.m.Phase(p)
+				s.tracef("%s after claimed p%d: %v %v holder %v", n.name, p, ph, tok, n.m.Holder(p))
+			})
+		})
+	})
+}
+
+// gossip broadcasts a message.
+func (n *node) gossip(m ownership.GossipMessage) {
+	m.Cluster, m.Sender = cluster, n.name
+	b, err := m.Seal(n.s.keys)
+	if err != nil {
+		panic(err)
+	}
+	n.s.net.broadcast(n.idx, b)
+}
+
+// state returns the node's push/pull state.
+func (n *node) state() []byte {
+	b, err := ownership.GossipMessage{Kind: ownership.GossipState, Cluster: cluster, Sender: n.name, Stable: n.stable, Register: n.reg}.Seal(n.s.keys)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// receive is the delegate's NotifyMsg and MergeRemoteState.
+func (n *node) receive(life int, b []byte) {
+	n.input(life, func() {
+		s := n.s
+		keys := s.keys
+		name := cluster
+		if s.cfg.Bugs.TrustGossip {
+			keys, name = nil, clusterOf(b)
+		}
+		m, err := ownership.OpenGossip(b, name, keys)
+		if err != nil {
+			return
+		}
+		if m.Stable.Known() {
+			n.m.HeardStable(m.Stable)
+		}
+		var claims []ownership.Claim
+		switch m.Kind {
+		case ownership.GossipClaim:
+			claims = []ownership.Claim{m.Claim}
+		case ownership.GossipState:
+			for c := range m.Register.All() {
+				claims = append(claims, c)
+			}
+		}
+		for _, c := range claims {
+			var changed bool
+			if s.cfg.Bugs.TrustGossip {
+				changed = n.reg.ObserveClaim(c)
+			} else if changed, err = n.reg.ObserveHeard(c); err != nil {
+				continue
+			}
+			if changed && m.Kind == ownership.GossipClaim {
+				n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: c})
+			}
+			n.m.Heard(c)
+		}
+	})
+}
+
+// clusterOf reads the cluster name of an encoded gossip message (for a
+// shell that does not check it).
+func clusterOf(b []byte) string {
+	if len(b) < 5 || len(b) < 5+int(b[4]) {
+		return ""
+	}
+	return string(b[5 : 5+int(b[4])])
+}
+
+// reportStale is the coordinator's ReportStale for a write the resource
+// refused.
+func (n *node) reportStale(err error) {
+	var st *ownership.StaleTokenError
+	var nf *ownership.NotFencedError
+	switch {
+	case errors.As(err, &st) && st.Token.Node() == n.self:
+		if st.Current.Compare(st.Token) > 0 {
+			n.m.Rejected(st.Token, st.Current)
+		}
+	case errors.As(err, &nf) && nf.Token.Node() == n.self:
+		n.m.NotFenced(nf.Token)
+	}
+}
+
+// crash stops the process: no goodbye, nothing kept.
+func (n *node) crash() {
+	if !n.up {
+		return
+	}
+	n.up = false
+	n.life++
+	n.backlog = nil
+	n.s.tracef("%s crashes", n.name)
+}
+
+// leave starts a graceful leave.
+func (n *node) leave() {
+	if !n.running() || n.leaving {
+		return
+	}
+	n.leaving = true
+	n.m.Leave()
+	n.perform()
+	n.s.net.metaChanged(n)
+	n.s.tracef("%s leaves", n.name)
+}
+
+// depart ends a graceful leave: the node is gone.
+func (n *node) depart() {
+	n.up, n.departed = false, true
+	n.life++
+	n.s.net.departed(n)
+	n.s.tracef("%s departed", n.name)
+}

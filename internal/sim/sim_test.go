@@ -1,0 +1,186 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	long     = flag.Bool("sim.long", false, "TestFigures runs the long randomized mode (100x the schedules)")
+	replay   = flag.Uint64("sim.seed", 0, "replay one seed of TestRandom with a trace")
+	traceOut = flag.Bool("sim.trace", false, "print the trace of a replayed seed")
+)
+
+// shortSchedules is how many schedules TestFigures runs in the test
+// command: about a million simulated events, under a minute with -race on
+// two cores.
+const shortSchedules = 300
+
+// configFor derives a schedule's cluster from its seed: 3 to 7 nodes, both
+// kinds of authority, with and without keys.
+func configFor(seed uint64) Config {
+	cfg := DefaultConfig(seed)
+	cfg.Nodes = 3 + int(seed%5)
+	cfg.Strict = seed%2 == 0
+	cfg.Keys = seed%3 == 0
+	return cfg
+}
+
+// runSchedule runs one random schedule and returns the simulator.
+func runSchedule(t testing.TB, cfg Config, trace *strings.Builder) *Sim {
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trace != nil {
+		s.Trace(trace)
+	}
+	s.RunRandom(3)
+	return s
+}
+
+func report(s *Sim, cfg Config) string {
+	return fmt.Sprintf("seed %d (%d nodes, strict %v, keys %v): %d events\nviolations:\n  %s\nfaults:\n  %s\nreplay: go test ./internal/sim -run TestRandom -sim.seed=%d -sim.trace -v",
+		cfg.Seed, cfg.Nodes, cfg.Strict, cfg.Keys, s.Events,
+		strings.Join(s.Violations(), "\n  "), strings.Join(s.Faults(), "\n  "), cfg.Seed)
+}
+
+type runStats struct {
+	schedules, events, splitBrains int
+	elapsed                        time.Duration
+}
+
+// randomRuns runs n schedules from seed first and fails on the first
+// violation.
+func randomRuns(t *testing.T, first uint64, n int) runStats {
+	var st runStats
+	start := time.Now()
+	for seed := first; seed < first+uint64(n); seed++ {
+		cfg := configFor(seed)
+		s := runSchedule(t, cfg, nil)
+		st.schedules++
+		st.events += int(s.Events)
+		st.splitBrains += s.SplitBrains()
+		if len(s.Violations()) > 0 {
+			t.Fatal(report(s, cfg))
+		}
+	}
+	st.elapsed = time.Since(start)
+	return st
+}
+
+// TestRandom runs random fault schedules against the real core and checks
+// S1-S4, the handler contract, convergence after every heal, the duel
+// bound, claim storms and the outdated rule after every step. A failing
+// seed replays exactly with -sim.seed.
+func TestRandom(t *testing.T) {
+	if *replay != 0 {
+		cfg := configFor(*replay)
+		var b strings.Builder
+		s := runSchedule(t, cfg, &b)
+		if *traceOut {
+			t.Log("\n" + b.String())
+		}
+		if len(s.Violations()) > 0 {
+			t.Fatal(report(s, cfg))
+		}
+		return
+	}
+	n := 50 // TestFigures runs the short batch (and -sim.long the long one)
+	st := randomRuns(t, 1, n)
+	t.Logf("%d schedules, %d events in %v (%.0f events/s), %d split brains", st.schedules, st.events, st.elapsed,
+		float64(st.events)/st.elapsed.Seconds(), st.splitBrains)
+}
+
+// A seed replays exactly: the same seed gives the same faults, the same
+// events and the same trace.
+func TestReplayIsExact(t *testing.T) {
+	for _, seed := range []uint64{3, 17, 42} {
+		var a, b strings.Builder
+		s1 := runSchedule(t, configFor(seed), &a)
+		s2 := runSchedule(t, configFor(seed), &b)
+		if a.String() != b.String() || s1.Events != s2.Events || s1.Now() != s2.Now() {
+			t.Fatalf("seed %d ran two ways: %d and %d events", seed, s1.Events, s2.Events)
+		}
+		if a.Len() == 0 {
+			t.Fatal("empty trace")
+		}
+	}
+	var a, b strings.Builder
+	runSchedule(t, configFor(5), &a)
+	runSchedule(t, configFor(6), &b)
+	if a.String() == b.String() {
+		t.Fatal("two seeds ran the same way")
+	}
+}
+
+// A control re-introduces one defect; the checks must catch it within
+// maxSchedules schedules.
+type control struct {
+	name  string
+	apply func(*Config)
+	// want is a word the violation must contain (the check that fires).
+	want string
+}
+
+var controls = []control{
+	{"skip_fence", func(c *Config) { c.Knobs.SkipFence = true }, "S2"},
+	{"stable_from_first_view", func(c *Config) { c.Knobs.StableFromFirstView = true }, ""},
+	{"claim_without_backoff", func(c *Config) { c.Knobs.NoClaimBackoff = true }, "storm"},
+	{"accept_unauthenticated_gossip", func(c *Config) { c.Bugs.TrustGossip = true; c.Strict = false }, "stall"},
+	{"reuse_incarnation", func(c *Config) { c.Bugs.ReuseIncarnation = true }, "S3"},
+	{"resource_skips_fence", func(c *Config) { c.Bugs.NoFenceAtResource = true }, "S1"},
+	{"no_step_down", func(c *Config) { c.Knobs.NoStepDown = true }, ""},
+	{"half_is_quorum", func(c *Config) { c.Knobs.HalfIsQuorum = true }, ""},
+	{"forget_fenced_view", func(c *Config) { c.Knobs.ForgetFencedView = true }, ""},
+}
+
+// maxSchedules bounds how long a control may survive.
+const maxSchedules = 500
+
+// caughtAfter runs schedules with the control until a violation containing
+// c.want appears, and returns how many it took (0: never).
+func caughtAfter(t testing.TB, c control, from uint64) (int, string) {
+	for i := range maxSchedules {
+		cfg := configFor(from + uint64(i))
+		c.apply(&cfg)
+		s := runSchedule(t, cfg, nil)
+		for _, v := range s.Violations() {
+			if strings.Contains(v, c.want) {
+				return i + 1, v
+			}
+		}
+	}
+	return 0, ""
+}
+
+// TestFigures is the simulator's short run in the test command: random
+// schedules (failing on any violation), then every negative control, each
+// of which must be caught within maxSchedules schedules. It prints the
+// figures:
+//
+//	go test ./internal/sim -run TestFigures -v
+func TestFigures(t *testing.T) {
+	n := shortSchedules
+	if *long {
+		n *= 100
+	}
+	st := randomRuns(t, 1_000_000, n)
+	fmt.Printf("figure: sim.schedules %d\n", st.schedules)
+	fmt.Printf("figure: sim.events %d\n", st.events)
+	fmt.Printf("figure: sim.events_per_second %.0f\n", float64(st.events)/st.elapsed.Seconds())
+	fmt.Printf("figure: sim.violations 0\n")
+	fmt.Printf("figure: sim.split_brains %d\n", st.splitBrains)
+	for _, c := range controls {
+		n, v := caughtAfter(t, c, 1_000_000)
+		if n == 0 {
+			t.Errorf("control %s survived %d schedules", c.name, maxSchedules)
+		} else {
+			t.Logf("control %s caught by: %s", c.name, v)
+		}
+		fmt.Printf("figure: sim.control.%s.caught_after %d\n", c.name, n)
+	}
+}
