@@ -205,11 +205,23 @@ func runChaos(t *testing.T, cfg runConfig) result {
 
 	events := 0
 	var staleWrite *Record
-	for i, kind := range schedule(cl.rng, cfg.events) {
+	kinds := schedule(cl.rng, cfg.events)
+	var episodes [][]scriptStep
+	if cfg.script != "" {
+		var err error
+		if episodes, err = parseScript(cfg.script); err != nil {
+			t.Fatal(err)
+		}
+		kinds = make([]string, len(episodes))
+	}
+	for i, kind := range kinds {
 		var desc string
-		if i == 0 {
+		switch {
+		case episodes != nil:
+			desc = cl.runEpisode(ctx, episodes[i])
+		case i == 0:
 			desc, staleWrite = cl.pausePastLease(ctx)
-		} else {
+		default:
 			desc = cl.nemesis(ctx, kind)
 		}
 		events++

@@ -90,6 +90,9 @@ type runConfig struct {
 	fencing    bool   // false: the negative control
 	sql        bool   // SQLite resource and SQL authority (S4)
 	seed       uint64 // the schedule's seed
+	// script, when set, replaces the random schedule: episodes in the
+	// simulator's vocabulary (see script_test.go).
+	script string
 }
 
 // gate is the in-process pause gate: a call that reaches it after its

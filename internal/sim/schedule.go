@@ -384,3 +384,47 @@ func (s *Sim) Forge(p uint32, e uint64) {
 		}
 	}
 }
+
+// tickMillis is how long a tick lasts in the local preset's proportions
+// (Grace 12 ticks, 2.5 s), for running a schedule in real time.
+const tickMillis = 200
+
+// ChaosScript turns faults (as Faults returns them) into a script for the
+// real-time chaos suite (go test ./internal/chaos -run TestChaosScript
+// -chaos.script=...): the steps it can run, with the time between them.
+// Faults it has no step for are left out and named at the end.
+func ChaosScript(faults []string) (script string, skipped []string) {
+	var (
+		eps  []string
+		cur  []string
+		last = -1
+	)
+	for _, f := range faults {
+		var at int
+		var rest string
+		if _, err := fmt.Sscanf(f, "t=%d", &at); err != nil {
+			continue
+		}
+		_, rest, _ = strings.Cut(f, " ")
+		verb, _, _ := strings.Cut(rest, " ")
+		if last >= 0 && at > last {
+			cur = append(cur, fmt.Sprintf("wait %dms", (at-last)*tickMillis))
+		}
+		last = at
+		switch verb {
+		case "heal":
+			if len(cur) > 0 {
+				eps = append(eps, strings.Join(cur, "; "))
+			}
+			cur, last = nil, -1
+		case "split", "cut", "crash", "restart", "drops":
+			cur = append(cur, rest)
+		default:
+			skipped = append(skipped, rest)
+		}
+	}
+	if len(cur) > 0 {
+		eps = append(eps, strings.Join(cur, "; "))
+	}
+	return strings.Join(eps, " / "), skipped
+}

@@ -43,9 +43,25 @@ func runSchedule(t testing.TB, cfg Config, trace *strings.Builder) *Sim {
 }
 
 func report(s *Sim, cfg Config) string {
-	return fmt.Sprintf("seed %d (%d nodes, strict %v, keys %v): %d events\nviolations:\n  %s\nfaults:\n  %s\nreplay: go test ./internal/sim -run TestRandom -sim.seed=%d -sim.trace -v",
+	chaos, skipped := ChaosScript(s.Faults())
+	return fmt.Sprintf("seed %d (%d nodes, strict %v, keys %v): %d events\nviolations:\n  %s\nfaults:\n  %s\n"+
+		"replay: go test ./internal/sim -run TestRandom -sim.seed=%d -sim.trace -v\n"+
+		"in real time: go test ./internal/chaos -run TestChaosScript -v -chaos.script='%s' (left out: %v)",
 		cfg.Seed, cfg.Nodes, cfg.Strict, cfg.Keys, s.Events,
-		strings.Join(s.Violations(), "\n  "), strings.Join(s.Faults(), "\n  "), cfg.Seed)
+		strings.Join(s.Violations(), "\n  "), strings.Join(s.Faults(), "\n  "), cfg.Seed, chaos, skipped)
+}
+
+// The chaos suite's script keeps the steps it can run and the time between
+// them, episode by episode.
+func TestChaosScriptFromFaults(t *testing.T) {
+	got, skipped := ChaosScript([]string{
+		"t=10 split n0,n1|n2,n3,n4", "t=45 split n0,n1,n2|n3,n4", "t=60 heal",
+		"t=70 crash n1", "t=72 pause n2 5", "t=80 restart n1", "t=95 heal",
+	})
+	want := "split n0,n1|n2,n3,n4; wait 7000ms; split n0,n1,n2|n3,n4; wait 3000ms / crash n1; wait 400ms; wait 1600ms; restart n1; wait 3000ms"
+	if got != want || len(skipped) != 1 || skipped[0] != "pause n2 5" {
+		t.Fatalf("ChaosScript = %q, skipped %q\nwant %q", got, skipped, want)
+	}
 }
 
 type runStats struct {
