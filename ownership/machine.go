@@ -336,12 +336,12 @@ type Machine struct {
 	place    Placement
 	members  []string          // the view's members, sorted
 	lives    map[string]uint64 // their incarnations, where known
-	view     uint64   // bumped by every change of placement
-	now      uint64   // ticks
+	view     uint64            // bumped by every change of placement
+	now      uint64            // ticks
 	q        quorum
 	noQuorum int  // consecutive ticks without quorum
 	reported bool // the quorum last reported by ActQuorum
-	claiming int // partitions in Claiming
+	claiming int  // partitions in Claiming
 	leaving  bool
 	out      []Action
 }

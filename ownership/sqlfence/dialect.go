@@ -90,13 +90,13 @@ func (d Dialect) String() string {
 
 // statements is the SQL of one fence table in one dialect.
 type statements struct {
-	table      string
-	collate    string
-	schema     string
-	fence      string
-	current    string
-	lock       string
-	claim      string
+	table   string
+	collate string
+	schema  string
+	fence   string
+	current string
+	lock    string
+	claim   string
 }
 
 func (d Dialect) statements(table string) statements {
