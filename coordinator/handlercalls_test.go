@@ -1,0 +1,419 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/ownership"
+)
+
+// callLog is a Handler that records every call: how many times each
+// lease was acquired and released, and what lease.Err() said when Release
+// was called. before, if set, runs at the start of each call.
+type callLog struct {
+	mu       sync.Mutex
+	acquired map[ownership.Token]int
+	released map[ownership.Token][]error
+	before   func(ctx context.Context, l *ownership.Lease, release bool)
+}
+
+func newCallLog() *callLog {
+	return &callLog{acquired: map[ownership.Token]int{}, released: map[ownership.Token][]error{}}
+}
+
+func (h *callLog) Acquire(ctx context.Context, l *ownership.Lease) error {
+	if h.before != nil {
+		h.before(ctx, l, false)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.acquired[key(l.Token())]++
+	return nil
+}
+
+func (h *callLog) Release(ctx context.Context, l *ownership.Lease) error {
+	err := l.Err()
+	if h.before != nil {
+		h.before(ctx, l, true)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.released[key(l.Token())] = append(h.released[key(l.Token())], err)
+	return nil
+}
+
+// releases returns what lease.Err() said at each Release of t.
+func (h *callLog) releases(t ownership.Token) []error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]error(nil), h.released[key(t)]...)
+}
+
+// checkOncePerLease fails t unless every acquired lease was released
+// exactly once, and nothing else was released.
+func (h *callLog) checkOncePerLease(t *testing.T, node string) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for tok, n := range h.acquired {
+		if n != 1 {
+			t.Errorf("%s: %v acquired %d times", node, tok, n)
+		}
+		if r := h.released[tok]; len(r) != 1 {
+			t.Errorf("%s: %v acquired, released %d times (%v)", node, tok, len(r), r)
+		}
+	}
+	for tok := range h.released {
+		if h.acquired[tok] == 0 {
+			t.Errorf("%s: %v released, never acquired", node, tok)
+		}
+	}
+}
+
+// callLogCluster is a testCluster whose nodes' handlers are callLogs; with
+// faulty set its gossip runs over the faultnet.Network it returns.
+func callLogCluster(t *testing.T, faulty bool, tweak func(*Config)) (*testCluster, *faultnet.Network, func(name string) *callLog) {
+	t.Helper()
+	var mu sync.Mutex
+	logs := map[string]*callLog{}
+	set := func(c *Config) {
+		h := newCallLog()
+		mu.Lock()
+		logs[c.Name] = h
+		mu.Unlock()
+		c.Handler = h
+		if tweak != nil {
+			tweak(c)
+		}
+	}
+	get := func(name string) *callLog {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs[name]
+	}
+	if faulty {
+		tc, fn := faultCluster(t, set)
+		return tc, fn, get
+	}
+	return newTestCluster(t, set), nil, get
+}
+
+// waitEnded waits for l to end and returns its cause.
+func waitEnded(ctx context.Context, t *testing.T, l *ownership.Lease, what string) error {
+	t.Helper()
+	select {
+	case <-l.Done():
+		return l.Err()
+	case <-ctx.Done():
+		t.Fatalf("%s: the lease %v did not end", what, l.Token())
+		return nil
+	}
+}
+
+// waitReleased waits until the handler was told of t's end once, and
+// returns what lease.Err() said then.
+func waitReleased(ctx context.Context, t *testing.T, h *callLog, tok ownership.Token, what string) error {
+	t.Helper()
+	waitFor(ctx, t, what+": Release", func() bool { return len(h.releases(tok)) > 0 })
+	return h.releases(tok)[0]
+}
+
+// Issue 11, defect 12: a lease that ended without a move (a higher claim
+// heard, a stale report, the quorum lost) called no Handler method: in
+// one run 15 leases ended with 0 Release calls and the shards kept
+// serving their old map. Each such end calls Release once, with the lease
+// already ended (lease.Err() names why); at Close every lease the handler
+// acquired has been released exactly once.
+func TestLostLeasesCallReleaseOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	tc, fn, handler := callLogCluster(t, true, nil)
+	tc.startNodes(ctx, "h", 3)
+	n0 := tc.node("h0")
+	var leases []*ownership.Lease
+	for p := range uint32(testPartitions) {
+		if l, err := n0.c.LeaseOfPartition(p); err == nil {
+			leases = append(leases, l)
+		}
+	}
+	if len(leases) < 3 {
+		t.Fatalf("h0 holds %d leases, want at least 3", len(leases))
+	}
+	h := handler("h0")
+
+	// A higher claim heard by gossip, in a live member's name.
+	heard := leases[0]
+	rival := tc.node("h1")
+	higher := ownership.Token{Partition: heard.Partition(), Epoch: heard.Token().Epoch + 1, Owner: rival.name, Incarnation: rival.c.Self().Incarnation}
+	newIntruder(t, "evil", nil, nil).sendTo(t, []*testNode{n0}, seal(t, ownership.GossipMessage{
+		Kind: ownership.GossipClaim, Cluster: "tenure", Sender: rival.name, Claim: ownership.Claim{Token: higher}}, nil))
+	if err := waitEnded(ctx, t, heard, "a higher claim heard"); !errors.Is(err, ownership.ErrLeaseSuperseded) {
+		t.Fatalf("a higher claim ended the lease with %v, want ErrLeaseSuperseded", err)
+	}
+	if err := waitReleased(ctx, t, h, heard.Token(), "a higher claim heard"); !errors.Is(err, ownership.ErrLeaseSuperseded) {
+		t.Fatalf("Release after a higher claim saw lease.Err() = %v", err)
+	}
+
+	// A write fenced out: the resource reports a higher token.
+	stale := leases[1]
+	if _, err := tc.fence.Fence(ctx, ownership.Token{Partition: stale.Partition(), Epoch: stale.Token().Epoch + 1, Owner: rival.name, Incarnation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	werr := tc.fence.Do(ctx, stale.Token(), ownership.Exact, func() error { return nil })
+	if !n0.c.ReportStale(werr) {
+		t.Fatalf("ReportStale(%v) = false", werr)
+	}
+	if err := waitEnded(ctx, t, stale, "ReportStale"); !errors.Is(err, ownership.ErrLeaseSuperseded) {
+		t.Fatalf("ReportStale ended the lease with %v, want ErrLeaseSuperseded", err)
+	}
+	if err := waitReleased(ctx, t, h, stale.Token(), "ReportStale"); !errors.Is(err, ownership.ErrLeaseSuperseded) {
+		t.Fatalf("Release after ReportStale saw lease.Err() = %v", err)
+	}
+
+	// The quorum lost: h0 is cut off from both others.
+	var rest []*ownership.Lease
+	for _, l := range leases[2:] {
+		if l.Err() == nil {
+			rest = append(rest, l)
+		}
+	}
+	fn.Isolate("h0")
+	for _, l := range rest {
+		if err := waitEnded(ctx, t, l, "the quorum lost"); !errors.Is(err, ownership.ErrLeaseNoQuorum) {
+			t.Fatalf("the quorum lost ended %v with %v, want ErrLeaseNoQuorum", l.Token(), err)
+		}
+		if err := waitReleased(ctx, t, h, l.Token(), "the quorum lost"); !errors.Is(err, ownership.ErrLeaseNoQuorum) {
+			t.Fatalf("Release after the quorum was lost saw lease.Err() = %v", err)
+		}
+	}
+	for _, n := range tc.all() {
+		n.c.Close()
+	}
+	for _, n := range tc.all() {
+		handler(n.name).checkOncePerLease(t, n.name)
+	}
+}
+
+// Issue 11, defect 7: Lease.End, documented as "a handler may call it to
+// give up early", stranded the partition: the machine stayed Owned,
+// nothing was published and callers got "handoff" forever. Resign gives a
+// lease back through the loop (a planned Release while the lease is live),
+// and a handler's Lease.End is treated the same way: either way the
+// release is published and the partition is owned again, under a new
+// epoch.
+func TestResignAndLeaseEndGiveTheLeaseBack(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	tc, _, handler := callLogCluster(t, false, nil)
+	tc.startNodes(ctx, "e", 2)
+	n0, n1 := tc.node("e0"), tc.node("e1")
+	var mine []*ownership.Lease
+	for p := range uint32(testPartitions) {
+		if l, err := n0.c.LeaseOfPartition(p); err == nil {
+			mine = append(mine, l)
+		}
+	}
+	if len(mine) < 2 {
+		t.Fatalf("e0 holds %d leases", len(mine))
+	}
+	events, stop := n1.c.Subscribe(1024)
+	defer stop()
+	for i, giveBack := range []func(l *ownership.Lease) error{
+		func(l *ownership.Lease) error { return n0.c.Resign(ctx, l.Partition()) },
+		func(l *ownership.Lease) error { l.End(nil); return nil },
+	} {
+		l := mine[i]
+		p := l.Partition()
+		if err := giveBack(l); err != nil {
+			t.Fatalf("give back p%d: %v", p, err)
+		}
+		// The release reaches the other node ...
+		for released := false; !released; {
+			select {
+			case e := <-events:
+				released = e.Kind == EventHolderChanged && e.Partition == p && e.Node == "" && e.Token.Same(l.Token())
+			case <-ctx.Done():
+				t.Fatalf("way %d: the release of p%d was never published", i, p)
+			}
+		}
+		// ... and the partition is owned again, under a new epoch.
+		waitFor(ctx, t, fmt.Sprintf("p%d owned again", p), func() bool {
+			nl, err := n0.c.LeaseOfPartition(p)
+			return err == nil && nl.Token().Epoch > l.Token().Epoch
+		})
+		if err := l.Err(); !errors.Is(err, ownership.ErrLeaseEnded) {
+			t.Fatalf("way %d: the given-back lease is live", i)
+		}
+		got := handler("e0").releases(l.Token())
+		if len(got) != 1 {
+			t.Fatalf("way %d: %d Release calls for the given-back lease", i, len(got))
+		}
+		if i == 0 && got[0] != nil {
+			t.Fatalf("Resign: Release saw the lease ended (%v), want a live lease to drain", got[0])
+		}
+	}
+	if err := n0.c.Resign(ctx, mine[len(mine)-1].Partition()+testPartitions); !errors.Is(err, ownership.ErrPartitionRange) {
+		t.Fatalf("Resign of a partition out of range: %v", err)
+	}
+	for p := range uint32(testPartitions) {
+		if _, err := n0.c.LeaseOfPartition(p); err != nil {
+			if err := n0.c.Resign(ctx, p); !errors.Is(err, ownership.ErrLeaseEnded) {
+				t.Fatalf("Resign of p%d, not held: %v, want ErrLeaseEnded", p, err)
+			}
+			break
+		}
+	}
+}
+
+// Issue 11, defect 8: a Release that overran ReleaseTimeout kept serving:
+// the lease stayed live and Lease() still returned it. Callers no longer
+// get a lease once its Release began; past ReleaseTimeout the lease ends
+// (ErrLeaseTimeout) even though Release has not returned, and the
+// partition is owned again.
+func TestReleaseOverrunEndsTheLease(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	unblock := make(chan struct{})
+	defer close(unblock)
+	entered := make(chan *ownership.Lease, 1)
+	var armed atomic.Bool // once the cluster converged
+	tc, _, _ := callLogCluster(t, false, func(c *Config) {
+		c.ReleaseTimeout = 300 * time.Millisecond
+		c.Handler.(*callLog).before = func(_ context.Context, l *ownership.Lease, release bool) {
+			if armed.Load() && release && l.Err() == nil && l.Partition() == 7 {
+				entered <- l
+				<-unblock // a Release that ignores its ctx
+			}
+		}
+	})
+	tc.startNodes(ctx, "o", 2)
+	armed.Store(true)
+	owner, l := ownerOf(t, tc, 7)
+	if err := owner.c.Resign(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-entered:
+		if got != l {
+			t.Fatalf("Release of %v, want %v", got, l)
+		}
+	case <-ctx.Done():
+		t.Fatal("Release never called")
+	}
+	if got, err := owner.c.LeaseOfPartition(7); err == nil && got == l {
+		t.Fatal("Lease() returns a lease whose Release has begun")
+	}
+	if err := waitEnded(ctx, t, l, "a Release past ReleaseTimeout"); !errors.Is(err, ownership.ErrLeaseTimeout) {
+		t.Fatalf("the overrunning Release's lease ended with %v, want ErrLeaseTimeout", err)
+	}
+	waitFor(ctx, t, "p7 owned again", func() bool {
+		for _, n := range tc.all() {
+			if nl, err := n.c.LeaseOfPartition(7); err == nil && nl.Token().Epoch > l.Token().Epoch {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// Lease returns a lease only once its token is fenced and its Acquire has
+// returned: callers never see a lease before the resource was fenced with
+// it (S2), and Acquire runs with the resource fenced.
+func TestLeaseServedOnlyAfterFenceAndAcquire(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	f, err := ownership.NewMemoryFence(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gf := &gatedFence{f: f, entered: make(chan ownership.Token, 2), open: make(chan struct{})}
+	acquiring := make(chan ownership.Token, 2)
+	acquireOpen := make(chan struct{})
+	cfg := testConfig("solo")
+	cfg.Ring.Partitions = 2
+	cfg.Fence = gf
+	cfg.Handler = HandlerFuncs{AcquireFunc: func(ctx context.Context, l *ownership.Lease) error {
+		if cur := f.Current(l.Partition()); !cur.Same(l.Token()) {
+			return fmt.Errorf("Acquire of %v before the fence (mark %v)", l.Token(), cur)
+		}
+		acquiring <- l.Token()
+		select {
+		case <-acquireOpen:
+		case <-ctx.Done():
+		}
+		return nil
+	}}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	noLease := func(when string) {
+		t.Helper()
+		for p := range uint32(2) {
+			if l, err := c.LeaseOfPartition(p); err == nil {
+				t.Fatalf("%s: Lease returned %v", when, l.Token())
+			}
+		}
+	}
+	for range 2 {
+		select {
+		case <-gf.entered:
+		case <-ctx.Done():
+			t.Fatal("no fence")
+		}
+	}
+	noLease("while fencing")
+	close(gf.open)
+	for range 2 {
+		select {
+		case tok := <-acquiring:
+			if cur := f.Current(tok.Partition); !cur.Same(tok) {
+				t.Fatalf("Acquire of %v with the mark at %v", tok, cur)
+			}
+		case <-ctx.Done():
+			t.Fatal("Acquire never called (or it found the resource unfenced)")
+		}
+	}
+	noLease("while acquiring")
+	close(acquireOpen)
+	if err := c.WaitConverged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for p := range uint32(2) {
+		l, err := c.LeaseOfPartition(p)
+		if err != nil || !l.Token().Same(f.Current(p)) {
+			t.Fatalf("p%d: lease %v (%v), mark %v", p, l, err, f.Current(p))
+		}
+	}
+}
+
+// gatedFence holds every Fence call until open is closed.
+type gatedFence struct {
+	f       *ownership.MemoryFence
+	entered chan ownership.Token
+	open    chan struct{}
+}
+
+func (g *gatedFence) Fence(ctx context.Context, t ownership.Token) (ownership.Token, error) {
+	g.entered <- t
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return ownership.Token{}, ctx.Err()
+	}
+	return g.f.Fence(ctx, t)
+}
