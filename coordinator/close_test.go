@@ -1,0 +1,188 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/ownership"
+)
+
+// blackHole is a TCP listener that accepts connections and never answers:
+// a peer that hangs every stream memberlist opens to it until its
+// TCPTimeout. hold false closes each connection at once instead.
+type blackHole struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	times []time.Time // when each connection was accepted
+	done  chan struct{}
+}
+
+func newBlackHole(t *testing.T, addr string, hold bool) *blackHole {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("black hole on %s: %v", addr, err)
+	}
+	b := &blackHole{ln: ln, done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.times = append(b.times, time.Now())
+			if hold {
+				b.conns = append(b.conns, c)
+			} else {
+				c.Close()
+			}
+			b.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-b.done
+		b.mu.Lock()
+		for _, c := range b.conns {
+			c.Close()
+		}
+		b.mu.Unlock()
+	})
+	return b
+}
+
+// accepted returns how many connections came, and when the last did.
+func (b *blackHole) accepted() (int, time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.times) == 0 {
+		return 0, time.Time{}
+	}
+	return len(b.times), b.times[len(b.times)-1]
+}
+
+// Issue 11, defect 9: Leave never returned if Close ran during the
+// handoff. With a Release that drains until its context ends (and a
+// ReleaseTimeout far away), Close makes Leave return ErrClosed.
+func TestLeaveReturnsWhenCloseRunsDuringTheHandoff(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	draining := make(chan struct{}, testPartitions)
+	tc := newTestCluster(t, func(c *Config) {
+		if c.Name != "v1" {
+			return
+		}
+		c.ReleaseTimeout = time.Minute
+		c.Handler = HandlerFuncs{ReleaseFunc: func(ctx context.Context, l *ownership.Lease) error {
+			if l.Err() == nil {
+				draining <- struct{}{}
+				<-ctx.Done() // drains until told to stop
+			}
+			return nil
+		}}
+	})
+	tc.startNodes(ctx, "v", 2)
+	leaver := tc.remove("v1")
+	left := make(chan error, 1)
+	go func() { left <- leaver.c.Leave(ctx) }()
+	select {
+	case <-draining:
+	case <-ctx.Done():
+		t.Fatal("no Release during the Leave")
+	}
+	closed := make(chan struct{})
+	go func() {
+		leaver.c.Close()
+		close(closed)
+	}()
+	bound := time.NewTimer(5 * time.Second)
+	defer bound.Stop()
+	select {
+	case err := <-left:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("Leave interrupted by Close returned %v, want ErrClosed", err)
+		}
+	case <-bound.C:
+		t.Fatal("Leave did not return after Close")
+	}
+	select {
+	case <-closed:
+	case <-bound.C:
+		t.Fatal("Close did not return")
+	}
+}
+
+// crashedPeerAddr starts a two-node cluster, crashes the second node and
+// returns the first (which knew the second) and the crashed node's gossip
+// address, now free for a black hole.
+func crashedPeerAddr(ctx context.Context, t *testing.T, tweak func(*Config)) (*testNode, string) {
+	t.Helper()
+	tc := newTestCluster(t, tweak)
+	tc.startNodes(ctx, "b", 2)
+	peer := tc.remove("b1")
+	addr := peer.c.GossipAddr()
+	peer.c.Close()
+	return tc.node("b0"), addr
+}
+
+// Issue 11, defect 9: Close waited for rejoin goroutines that hang for
+// TCPTimeout each (10 s measured against a peer that accepts TCP and never
+// answers). A node whose known member now answers with a black hole
+// closes at once, however long its TCPTimeout.
+func TestCloseDoesNotWaitForAPeerThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, addr := crashedPeerAddr(ctx, t, func(c *Config) {
+		ml := *c.Memberlist
+		ml.TCPTimeout = time.Minute
+		c.Memberlist = &ml
+	})
+	hole := newBlackHole(t, addr, true)
+	waitFor(ctx, t, "a rejoin of the crashed peer to hang in the black hole", func() bool {
+		k, _ := hole.accepted()
+		return k > 0
+	})
+	closed := make(chan struct{})
+	go func() {
+		n.c.Close()
+		close(closed)
+	}()
+	bound := time.NewTimer(5 * time.Second)
+	defer bound.Stop()
+	select {
+	case <-closed:
+	case <-bound.C:
+		t.Fatal("Close waits for a rejoin stuck on a peer that never answers")
+	}
+}
+
+// Issue 11, defect 9: members once known were re-joined forever. A member
+// that vanished without leaving is re-joined for ReconnectTimeout, then
+// forgotten: the dials to its address stop.
+func TestKnownMembersForgottenAfterReconnectTimeout(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, addr := crashedPeerAddr(ctx, t, func(c *Config) { c.ReconnectTimeout = time.Second })
+	hole := newBlackHole(t, addr, false)
+	waitFor(ctx, t, "the node to re-join its lost peer", func() bool {
+		k, _ := hole.accepted()
+		return k > 0
+	})
+	// Rejoins come every RejoinInterval until ReconnectTimeout has passed:
+	// wait for a silence of several intervals.
+	quiet := 4 * n.c.cfg.RejoinInterval
+	waitFor(ctx, t, "the rejoins to stop", func() bool {
+		_, last := hole.accepted()
+		return time.Since(last) > quiet
+	})
+}
