@@ -147,9 +147,13 @@ func TestCloseDoesNotWaitForAPeerThatNeverAnswers(t *testing.T) {
 		c.Memberlist = &ml
 	})
 	hole := newBlackHole(t, addr, true)
+	// memberlist itself may probe the peer over TCP until it declares it
+	// dead; after that only the coordinator's rejoin dials it.
+	waitFor(ctx, t, "the crashed peer to leave the table", func() bool { return n.c.Table().Len() == 1 })
+	k0, _ := hole.accepted()
 	waitFor(ctx, t, "a rejoin of the crashed peer to hang in the black hole", func() bool {
 		k, _ := hole.accepted()
-		return k > 0
+		return k > k0
 	})
 	closed := make(chan struct{})
 	go func() {
@@ -172,11 +176,13 @@ func TestKnownMembersForgottenAfterReconnectTimeout(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, addr := crashedPeerAddr(ctx, t, func(c *Config) { c.ReconnectTimeout = time.Second })
+	n, addr := crashedPeerAddr(ctx, t, func(c *Config) { c.ReconnectTimeout = 3 * time.Second })
 	hole := newBlackHole(t, addr, false)
+	waitFor(ctx, t, "the crashed peer to leave the table", func() bool { return n.c.Table().Len() == 1 })
+	k0, _ := hole.accepted()
 	waitFor(ctx, t, "the node to re-join its lost peer", func() bool {
 		k, _ := hole.accepted()
-		return k > 0
+		return k > k0
 	})
 	// Rejoins come every RejoinInterval until ReconnectTimeout has passed:
 	// wait for a silence of several intervals.
