@@ -187,7 +187,9 @@ func TestKnownMembersForgottenAfterReconnectTimeout(t *testing.T) {
 	// Rejoins come every RejoinInterval until ReconnectTimeout has passed:
 	// wait for a silence of several intervals.
 	quiet := 4 * n.c.cfg.RejoinInterval
-	waitFor(ctx, t, "the rejoins to stop", func() bool {
+	bctx, bcancel := within(ctx)
+	defer bcancel()
+	waitFor(bctx, t, "the rejoins to stop", func() bool {
 		_, last := hole.accepted()
 		return time.Since(last) > quiet
 	})

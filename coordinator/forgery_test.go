@@ -113,6 +113,8 @@ func dropped(c *Coordinator) float64 {
 // messages than before: proof that the forgeries arrived.
 func waitDropped(ctx context.Context, t *testing.T, nodes []*testNode, before map[string]float64, want float64) {
 	t.Helper()
+	ctx, cancel := within(ctx)
+	defer cancel()
 	waitFor(ctx, t, "every node to refuse the forged gossip", func() bool {
 		for _, n := range nodes {
 			if dropped(n.c)-before[n.name] < want {
@@ -303,7 +305,7 @@ func TestKeyedClusterRefusesUnauthenticatedInput(t *testing.T) {
 	}
 	select {
 	case <-lease.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(bound):
 		t.Fatal("the lease did not end after an authentic stale report")
 	}
 	if !errors.Is(lease.Err(), ownership.ErrLeaseSuperseded) {

@@ -104,9 +104,21 @@ func callLogCluster(t *testing.T, faulty bool, tweak func(*Config)) (*testCluste
 	return newTestCluster(t, set), nil, get
 }
 
-// waitEnded waits for l to end and returns its cause.
+// bound is how long a test waits for what should follow an action at
+// once (a few ticks, or a few gossip rounds): past it the test fails by an
+// assertion rather than at its deadline.
+const bound = 5 * time.Second
+
+// within returns ctx bounded by bound.
+func within(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, bound)
+}
+
+// waitEnded waits (at most bound) for l to end and returns its cause.
 func waitEnded(ctx context.Context, t *testing.T, l *ownership.Lease, what string) error {
 	t.Helper()
+	ctx, cancel := within(ctx)
+	defer cancel()
 	select {
 	case <-l.Done():
 		return l.Err()
@@ -116,10 +128,12 @@ func waitEnded(ctx context.Context, t *testing.T, l *ownership.Lease, what strin
 	}
 }
 
-// waitReleased waits until the handler was told of t's end once, and
-// returns what lease.Err() said then.
+// waitReleased waits (at most bound) until the handler was told of t's
+// end once, and returns what lease.Err() said then.
 func waitReleased(ctx context.Context, t *testing.T, h *callLog, tok ownership.Token, what string) error {
 	t.Helper()
+	ctx, cancel := within(ctx)
+	defer cancel()
 	waitFor(ctx, t, what+": Release", func() bool { return len(h.releases(tok)) > 0 })
 	return h.releases(tok)[0]
 }
@@ -236,16 +250,18 @@ func TestResignAndLeaseEndGiveTheLeaseBack(t *testing.T) {
 			t.Fatalf("give back p%d: %v", p, err)
 		}
 		// The release reaches the other node ...
+		bctx, cancel := within(ctx)
+		defer cancel()
 		for released := false; !released; {
 			select {
 			case e := <-events:
 				released = e.Kind == EventHolderChanged && e.Partition == p && e.Node == "" && e.Token.Same(l.Token())
-			case <-ctx.Done():
+			case <-bctx.Done():
 				t.Fatalf("way %d: the release of p%d was never published", i, p)
 			}
 		}
 		// ... and the partition is owned again, under a new epoch.
-		waitFor(ctx, t, fmt.Sprintf("p%d owned again", p), func() bool {
+		waitFor(bctx, t, fmt.Sprintf("p%d owned again", p), func() bool {
 			nl, err := n0.c.LeaseOfPartition(p)
 			return err == nil && nl.Token().Epoch > l.Token().Epoch
 		})
@@ -315,7 +331,9 @@ func TestReleaseOverrunEndsTheLease(t *testing.T) {
 	if err := waitEnded(ctx, t, l, "a Release past ReleaseTimeout"); !errors.Is(err, ownership.ErrLeaseTimeout) {
 		t.Fatalf("the overrunning Release's lease ended with %v, want ErrLeaseTimeout", err)
 	}
-	waitFor(ctx, t, "p7 owned again", func() bool {
+	bctx, bcancel := within(ctx)
+	defer bcancel()
+	waitFor(bctx, t, "p7 owned again", func() bool {
 		for _, n := range tc.all() {
 			if nl, err := n.c.LeaseOfPartition(7); err == nil && nl.Token().Epoch > l.Token().Epoch {
 				return true
@@ -337,16 +355,14 @@ func TestLeaseServedOnlyAfterFenceAndAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	gf := &gatedFence{f: f, entered: make(chan ownership.Token, 2), open: make(chan struct{})}
-	acquiring := make(chan ownership.Token, 2)
+	type acquireCall struct{ tok, mark ownership.Token }
+	acquiring := make(chan acquireCall, 2)
 	acquireOpen := make(chan struct{})
 	cfg := testConfig("solo")
 	cfg.Ring.Partitions = 2
 	cfg.Fence = gf
 	cfg.Handler = HandlerFuncs{AcquireFunc: func(ctx context.Context, l *ownership.Lease) error {
-		if cur := f.Current(l.Partition()); !cur.Same(l.Token()) {
-			return fmt.Errorf("Acquire of %v before the fence (mark %v)", l.Token(), cur)
-		}
-		acquiring <- l.Token()
+		acquiring <- acquireCall{tok: l.Token(), mark: f.Current(l.Partition())}
 		select {
 		case <-acquireOpen:
 		case <-ctx.Done():
@@ -372,6 +388,8 @@ func TestLeaseServedOnlyAfterFenceAndAcquire(t *testing.T) {
 	for range 2 {
 		select {
 		case <-gf.entered:
+		case a := <-acquiring:
+			t.Fatalf("Acquire of %v before its fence was called (mark %v)", a.tok, a.mark)
 		case <-ctx.Done():
 			t.Fatal("no fence")
 		}
@@ -380,12 +398,12 @@ func TestLeaseServedOnlyAfterFenceAndAcquire(t *testing.T) {
 	close(gf.open)
 	for range 2 {
 		select {
-		case tok := <-acquiring:
-			if cur := f.Current(tok.Partition); !cur.Same(tok) {
-				t.Fatalf("Acquire of %v with the mark at %v", tok, cur)
+		case a := <-acquiring:
+			if !a.mark.Same(a.tok) {
+				t.Fatalf("Acquire of %v with the mark at %v", a.tok, a.mark)
 			}
 		case <-ctx.Done():
-			t.Fatal("Acquire never called (or it found the resource unfenced)")
+			t.Fatal("Acquire never called")
 		}
 	}
 	noLease("while acquiring")
@@ -416,4 +434,78 @@ func (g *gatedFence) Fence(ctx context.Context, t ownership.Token) (ownership.To
 		return ownership.Token{}, ctx.Err()
 	}
 	return g.f.Fence(ctx, t)
+}
+
+// A lease lost while its Acquire runs (here a stale report) is released
+// once that Acquire returns: the handler took it, so it hears of its end.
+func TestLeaseLostDuringAcquireIsReleased(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	f, err := ownership.NewMemoryFence(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquiring := make(chan *ownership.Lease, 4)
+	proceed := make(chan struct{})
+	type release struct {
+		tok ownership.Token
+		err error
+	}
+	released := make(chan release, 4)
+	cfg := testConfig("solo")
+	cfg.Ring.Partitions = 1
+	cfg.Fence = f
+	cfg.Handler = HandlerFuncs{
+		AcquireFunc: func(ctx context.Context, l *ownership.Lease) error {
+			acquiring <- l
+			<-proceed
+			return nil
+		},
+		ReleaseFunc: func(_ context.Context, l *ownership.Lease) error {
+			released <- release{l.Token(), l.Err()}
+			return nil
+		},
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var l *ownership.Lease
+	select {
+	case l = <-acquiring:
+	case <-ctx.Done():
+		t.Fatal("no Acquire")
+	}
+	if _, err := f.Fence(ctx, ownership.Token{Partition: 0, Epoch: l.Token().Epoch + 1, Owner: "other", Incarnation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if !c.ReportStale(f.Do(ctx, l.Token(), ownership.Exact, func() error { return nil })) {
+		t.Fatal("ReportStale refused a stale write under a lease being acquired")
+	}
+	if err := waitEnded(ctx, t, l, "a stale report during Acquire"); !errors.Is(err, ownership.ErrLeaseSuperseded) {
+		t.Fatalf("the lease ended with %v", err)
+	}
+	close(proceed) // Acquire returns nil: the handler holds a lease that ended
+	bctx, bcancel := within(ctx)
+	defer bcancel()
+	select {
+	case r := <-released:
+		if !r.tok.Same(l.Token()) || !errors.Is(r.err, ownership.ErrLeaseSuperseded) {
+			t.Fatalf("Release of %v saw lease.Err() = %v", r.tok, r.err)
+		}
+	case <-bctx.Done():
+		t.Fatal("a lease lost during its Acquire was never released")
+	}
+	c.Close()
+	close(released)
+	for r := range released {
+		if r.tok.Same(l.Token()) {
+			t.Fatalf("a second Release of %v", r.tok)
+		}
+	}
 }

@@ -5,8 +5,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure/ownership"
 )
 
 // noQuorumWarnings are the node's warnings that it holds back for lack of
@@ -77,5 +80,70 @@ func TestNoQuorumWarnsOnceAndStatusSaysWhy(t *testing.T) {
 	}
 	if w := noQuorumWarnings(logs, "r0"); len(w) != 1 {
 		t.Fatalf("the survivor warned %d times about its quorum, want once: %v", len(w), w)
+	}
+}
+
+// manualClock is a Clock that moves only when told; its tickers never
+// fire.
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *manualClock) NewTicker(time.Duration) (<-chan time.Time, func()) { return nil, func() {} }
+
+// Issue 11, defect 13: a quorum lost for a moment (a node sees a joiner's
+// newer stable membership until it catches up, in every join) is not a
+// warning; a quorum missing for StepDown is, once.
+func TestQuorumWarningWaitsForStepDown(t *testing.T) {
+	logs := newLogCapture()
+	clock := &manualClock{now: time.Unix(1000, 0)}
+	cfg := testConfig("n")
+	cfg.Handler = HandlerFuncs{}
+	cfg.Logger = slog.New(logs)
+	cfg.Clock = clock
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m, err := ownership.NewMachine(c.cfg.machineConfig(c.self))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLoop(c, m)
+	warnings := func() int { return len(noQuorumWarnings(logs, "n")) }
+	l.quorum(true)
+	l.quorum(false) // lost ...
+	clock.advance(cfg.StepDown / 2)
+	l.warnQuorum()
+	l.quorum(true) // ... and regained within StepDown
+	l.warnQuorum()
+	if w := warnings(); w != 0 {
+		t.Fatalf("a quorum lost for half of StepDown warned %d times", w)
+	}
+	l.quorum(false)
+	clock.advance(cfg.StepDown)
+	for range 5 {
+		l.warnQuorum()
+		clock.advance(cfg.StepDown)
+	}
+	if w := warnings(); w != 1 {
+		t.Fatalf("a quorum missing for 6 x StepDown warned %d times, want once", w)
+	}
+	if st := c.Status(); st.Quorum {
+		t.Fatal("Status reports a quorum it lost")
 	}
 }

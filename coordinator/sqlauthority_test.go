@@ -134,15 +134,15 @@ func TestSQLAuthorityAfterFenceTableReset(t *testing.T) {
 			ended = append(ended, l)
 		}
 	}
+	for _, l := range ended {
+		if err := waitEnded(ctx, t, l, "a write found no fence"); !errors.Is(err, ownership.ErrLeaseNotFenced) {
+			t.Fatalf("a lease whose write found no fence ended with %v, want ErrLeaseNotFenced", err)
+		}
+	}
 	// And a node crashes: its partitions need new claims, above what the
 	// database answers, not above what gossip shows.
 	tc.remove("q1").c.Close()
 	waitSQLOwned(ctx, t, tc, f)
-	for _, l := range ended {
-		if !errors.Is(l.Err(), ownership.ErrLeaseEnded) {
-			t.Fatalf("a lease whose write found no fence is still live: %v", l)
-		}
-	}
 	// One claim per partition, a few more for conflicts: never the
 	// hammering of a claim every tick.
 	if n := auth.claims.Load() - before; n > 4*testPartitions {

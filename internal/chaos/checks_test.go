@@ -140,7 +140,7 @@ func TestCheckS4CatchesClaimsOutOfOrder(t *testing.T) {
 		t.Fatalf("S4 on good claims: %v", v)
 	}
 	for name, bad := range map[string]claimRec{
-		"an epoch below an earlier claim's":  claim(1, 2, "c", 20, 21),
+		"an epoch below an earlier claim's":  claim(1, 3, "a", 20, 21), // e4 ended before it started
 		"an epoch held by two nodes at once": claim(2, 1, "a", 0, 1),
 	} {
 		if v := checkS4(append(append([]claimRec(nil), good...), bad)); len(v) == 0 {
