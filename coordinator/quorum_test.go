@@ -30,7 +30,8 @@ func TestCrashThenLeaveLastNodeKeepsQuorum(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	logs := newLogCapture()
-	tc := newTestCluster(t, func(c *Config) { c.Logger = slog.New(logs) })
+	// A crash needs no grace here: the node is gone.
+	tc := newTestCluster(t, func(c *Config) { c.Logger = slog.New(logs); c.Grace = c.StepDown })
 	tc.startNodes(ctx, "q", 3)
 	tc.remove("q2").c.Close() // a crash
 	tc.waitConverged(ctx)

@@ -3,28 +3,66 @@ package coordinator
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/coordinator/faultnet"
 	"github.com/tenure-go/tenure/ownership"
 )
 
-// marks reads the fence's mark of every partition.
-func marks(tc *testCluster) []ownership.Token {
-	out := make([]ownership.Token, testPartitions)
-	for p := range out {
-		out[p] = tc.fence.Current(uint32(p))
-	}
-	return out
+// fenceLog is a Fence that records when each token was fenced.
+type fenceLog struct {
+	f  *ownership.MemoryFence
+	mu sync.Mutex
+	at []fencedAt
 }
 
-// watchQuiet checks, for d, that no node in quiet holds a lease or counts a
-// quorum, and that the fence's marks stay as they are. It returns the
-// first breach it saw, or "".
-func watchQuiet(ctx context.Context, tc *testCluster, quiet []*testNode, d time.Duration) string {
-	want := marks(tc)
-	end := time.Now().Add(d)
-	for time.Now().Before(end) && ctx.Err() == nil {
+type fencedAt struct {
+	tok ownership.Token
+	at  time.Time
+}
+
+func (l *fenceLog) Fence(ctx context.Context, t ownership.Token) (ownership.Token, error) {
+	cur, err := l.f.Fence(ctx, t)
+	if err == nil {
+		l.mu.Lock()
+		l.at = append(l.at, fencedAt{tok: t, at: time.Now()})
+		l.mu.Unlock()
+	}
+	return cur, err
+}
+
+// fencedBy returns the first fence after since by one of nodes.
+func (l *fenceLog) fencedBy(nodes []*testNode, since time.Time) (fencedAt, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.at {
+		if f.at.After(since) && slices.ContainsFunc(nodes, func(n *testNode) bool { return n.name == f.tok.Owner }) {
+			return f, true
+		}
+	}
+	return fencedAt{}, false
+}
+
+// loggedFaultCluster is a faultCluster whose nodes fence through a fenceLog.
+func loggedFaultCluster(t *testing.T, tweak func(*Config)) (*testCluster, *faultnet.Network, *fenceLog) {
+	log := &fenceLog{}
+	tc, fn := faultCluster(t, func(c *Config) {
+		c.Fence = log
+		if tweak != nil {
+			tweak(c)
+		}
+	})
+	log.f = tc.fence
+	return tc, fn, log
+}
+
+// watchQuiet checks, for d, that no node in quiet holds a lease, counts a
+// quorum, or fences anything. It returns the first breach it saw, or "".
+func watchQuiet(ctx context.Context, log *fenceLog, quiet []*testNode, d time.Duration) string {
+	start := time.Now()
+	for time.Since(start) < d && ctx.Err() == nil {
 		for _, n := range quiet {
 			if k := n.c.ownedCount(); k != 0 {
 				return n.name + " holds leases"
@@ -33,12 +71,8 @@ func watchQuiet(ctx context.Context, tc *testCluster, quiet []*testNode, d time.
 				return n.name + " counts a quorum"
 			}
 		}
-		if got := marks(tc); !slices.Equal(got, want) {
-			for p := range got {
-				if got[p] != want[p] {
-					return "partition " + got[p].String() + " fenced, was " + want[p].String()
-				}
-			}
+		if f, ok := log.fencedBy(quiet, start); ok {
+			return "it fenced " + f.tok.String()
 		}
 		select {
 		case <-ctx.Done():
@@ -46,21 +80,6 @@ func watchQuiet(ctx context.Context, tc *testCluster, quiet []*testNode, d time.
 		}
 	}
 	return ""
-}
-
-// startWriter runs a writer (see writer) until the test ends: a lease a
-// claim on the far side of a cut fenced out during the detection spread
-// learns it from its first rejected write (ReportStale), as an
-// application's would.
-func startWriter(t *testing.T, tc *testCluster, seed uint64) {
-	w := &writer{tc: tc}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.run(ctx, seed)
-	}()
-	t.Cleanup(func() { stop(); <-done })
 }
 
 // Issue 11, defect 4: a node restarted on the minority side of a split
@@ -72,14 +91,14 @@ func TestRestartOnMinoritySideHoldsBack(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	tc, fn := faultCluster(t, nil)
+	// A short grace: a node that wrongly counted a quorum would claim the
+	// partitions of the members it can't see after it.
+	tc, fn, log := loggedFaultCluster(t, func(c *Config) { c.Grace = time.Second })
 	tc.startNodes(ctx, "m", 5)
-	startWriter(t, tc, 4)
 	major := []*testNode{tc.node("m0"), tc.node("m1"), tc.node("m2")}
 	if err := fn.Partition(names(major), []string{"m3", "m4", "m5"}); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitConvergedAmong(ctx, major)
 	m3 := tc.node("m3")
 	waitFor(ctx, t, "the minority to step down", func() bool { return m3.c.ownedCount() == 0 && tc.node("m4").c.ownedCount() == 0 })
 
@@ -91,9 +110,7 @@ func TestRestartOnMinoritySideHoldsBack(t *testing.T) {
 	waitFor(ctx, t, "the restarted node to see its side", func() bool {
 		return m4.c.Table().Len() == 3 && m5.c.Table().Len() == 3
 	})
-	// A node that wrongly counted a quorum would claim the partitions of
-	// the members it can't see after Grace.
-	if breach := watchQuiet(ctx, tc, []*testNode{m3, m4, m5}, m4.c.cfg.Grace+1500*time.Millisecond); breach != "" {
+	if breach := watchQuiet(ctx, log, []*testNode{m3, m4, m5}, m4.c.cfg.Grace+1500*time.Millisecond); breach != "" {
 		t.Fatalf("on the minority side after a restart and a join: %s", breach)
 	}
 	if st := m4.c.Status(); len(st.Stable) != 5 {
@@ -109,14 +126,12 @@ func TestReshapedSplitHasOneQuorum(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	tc, fn := faultCluster(t, func(c *Config) { c.StableAfter = 2 * time.Second })
+	tc, fn, log := loggedFaultCluster(t, func(c *Config) { c.StableAfter = 2 * time.Second })
 	tc.startNodes(ctx, "s", 5)
-	startWriter(t, tc, 5)
 	a, b, c, d, e := tc.node("s0"), tc.node("s1"), tc.node("s2"), tc.node("s3"), tc.node("s4")
 	if err := fn.Partition(names([]*testNode{a, b}), names([]*testNode{c, d, e})); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitConvergedAmong(ctx, []*testNode{c, d, e})
 	waitFor(ctx, t, "{c,d,e} to become the stable membership", func() bool {
 		for _, n := range []*testNode{c, d, e} {
 			if !slices.Equal(n.c.Status().Stable, []string{"s2", "s3", "s4"}) {
@@ -129,7 +144,6 @@ func TestReshapedSplitHasOneQuorum(t *testing.T) {
 	if err := fn.Partition(names([]*testNode{a, b, c}), names([]*testNode{d, e})); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitConvergedAmong(ctx, []*testNode{d, e})
 	abc := []*testNode{a, b, c}
 	waitFor(ctx, t, "{a,b,c} to hold nothing", func() bool {
 		for _, n := range abc {
@@ -139,7 +153,7 @@ func TestReshapedSplitHasOneQuorum(t *testing.T) {
 		}
 		return true
 	})
-	if breach := watchQuiet(ctx, tc, abc, 3*a.c.cfg.StepDown+time.Second); breach != "" {
+	if breach := watchQuiet(ctx, log, abc, 3*a.c.cfg.StepDown+time.Second); breach != "" {
 		t.Fatalf("both sides of the reshaped split count a quorum: on {a,b,c}, %s", breach)
 	}
 	for _, n := range []*testNode{d, e} {
