@@ -3,7 +3,6 @@ package routing
 import (
 	"context"
 	"sync/atomic"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -20,22 +19,24 @@ import (
 // connection to the member, so a Marshal means the request may have been
 // delivered.
 type attempt struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	opts   []grpc.CallOption
-	addr   string
-	node   string // the node expected at addr; "" if unknown
-	key    []byte
-	member bool // addr was a member's address when the attempt began
-	sent   atomic.Bool
-	inner  encoding.CodecV2 // nil: grpc picks the codec, and the call counts as sent
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	opts      []grpc.CallOption
+	addr      string
+	node      string // the node expected at addr; "" if unknown
+	key       []byte
+	partition uint32 // key's
+	sent      atomic.Bool
+	inner     encoding.CodecV2 // nil: grpc picks the codec, and the call counts as sent
 
-	movedAt time.Time // the follower's: when it first saw another holder
+	movedAt atomic.Int64 // when the follower first saw another holder (Unix ns); 0: none
 }
 
-// begin registers a new attempt of a call at addr with the follower.
-func (r *Router) begin(ctx context.Context, addr, node string, key []byte, opts []grpc.CallOption) *attempt {
-	a := &attempt{addr: addr, node: node, key: key, member: (*r.live.Load())[addr] != ""}
+// begin registers a new attempt of rt's call at addr with the follower.
+// If the follower checked the calls in flight since rt chose addr (rt.gen),
+// the attempt is checked against the view that check saw.
+func (r *Router) begin(ctx context.Context, rt *route, addr, node string, opts []grpc.CallOption) *attempt {
+	a := &attempt{addr: addr, node: node, key: rt.key, partition: rt.partition}
 	a.ctx, a.cancel = context.WithCancelCause(ctx)
 	if a.inner = callCodec(opts); a.inner == nil {
 		a.sent.Store(true) // can't tell: assume the worst
@@ -45,7 +46,11 @@ func (r *Router) begin(ctx context.Context, addr, node string, key []byte, opts 
 	}
 	r.inflightMu.Lock()
 	r.inflight[a] = struct{}{}
+	checked := r.gen.Load() != rt.gen
 	r.inflightMu.Unlock()
+	if checked {
+		r.recheck(a)
+	}
 	return a
 }
 

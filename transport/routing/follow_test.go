@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 )
@@ -201,30 +202,122 @@ func TestRouterBadRequestID(t *testing.T) {
 	}
 }
 
-// A call pausing for a handoff is woken as soon as the follower sees the
-// partition claimed, not when its backoff ends.
+// A call pausing for a handoff is woken as soon as the follower hears the
+// partition claimed, not when its backoff ends; with a Membership that
+// gives no events, by the follower's check every FollowInterval.
 func TestRouterWakesOnClaim(t *testing.T) {
-	n := newBufNet(t)
-	var claimed atomic.Bool
-	n.guarded("a", pointing(t, func() string {
-		if claimed.Load() {
-			return "self"
-		}
-		return "" // a handoff: the ring says a, which holds no lease yet
-	}))
-	owners := &fakeOwners{addr: "a"}
-	owners.setMembers("a")
-	// Pauses of 10 to 20 s: only a wake-up lets the call finish in time.
-	r := n.router(owners, func(cfg *RouterConfig) { cfg.BackoffBase, cfg.BackoffMax = 20*time.Second, 20*time.Second })
-	ctx := testCtx(t, 5*time.Second)
-	done := make(chan error, 1)
-	go func() { _, err := put(ctx, r, "k"); done <- err }()
-	waitFor(ctx, t, "the call to pause", func() bool { return r.Stats().Retries == 1 })
-	claimed.Store(true)
-	owners.mu.Lock()
-	owners.token = ownership.Token{Partition: 3, Epoch: 2, Owner: "n-a", Incarnation: 1} // heard by gossip: no event
-	owners.mu.Unlock()
-	if err := <-done; err != nil {
-		t.Fatalf("put = %v; want it woken by the claim", err)
+	for _, events := range []bool{true, false} {
+		t.Run(fmt.Sprint("events ", events), func(t *testing.T) {
+			n := newBufNet(t)
+			var claimed atomic.Bool
+			n.guarded("a", pointing(t, func() string {
+				if claimed.Load() {
+					return "self"
+				}
+				return "" // a handoff: the ring says a, which holds no lease yet
+			}))
+			owners := &fakeOwners{addr: "a", noEvents: !events}
+			owners.setMembers("a")
+			// Pauses of 10 to 20 s: only a wake-up lets the call finish in time.
+			r := n.router(owners, func(cfg *RouterConfig) { cfg.BackoffBase, cfg.BackoffMax = 20*time.Second, 20*time.Second })
+			ctx := testCtx(t, 5*time.Second)
+			done := make(chan error, 1)
+			go func() { _, err := put(ctx, r, "k"); done <- err }()
+			waitFor(ctx, t, "the call to pause", func() bool { return r.Stats().Retries == 1 })
+			claimed.Store(true)
+			owners.claim("n-a", "a")
+			if err := <-done; err != nil {
+				t.Fatalf("put = %v; want it woken by the claim", err)
+			}
+		})
 	}
+}
+
+// With events, the follower reads nothing while nothing happens: a call
+// in flight and a call pausing cost no periodic Owners lookups.
+func TestRouterFollowsWithoutPolling(t *testing.T) {
+	n := newBufNet(t)
+	frozen(t, n, "a")
+	n.guarded("b", pointing(t, func() string { return "" })) // always a handoff
+	owners := &fakeOwners{addr: "a"}
+	owners.setMembers("a", "b")
+	r := n.router(owners, func(cfg *RouterConfig) {
+		cfg.BackoffBase, cfg.BackoffMax = 20*time.Second, 20*time.Second
+		cfg.FollowInterval = 10 * time.Millisecond // would be polled 50 times below
+	})
+	ctx, cancel := context.WithCancel(testCtx(t, 10*time.Second))
+	inFlight := make(chan error, 1)
+	go func() { _, err := put(ctx, r, "k"); inFlight <- err }() // stays at a
+	waitFor(ctx, t, "the call to be in flight", func() bool { return len(r.inflightSnapshot()) == 1 })
+	owners.set("b")
+	paused := make(chan error, 1)
+	go func() { _, err := put(ctx, r, "j"); paused <- err }() // pauses for b's handoff
+	waitFor(ctx, t, "the second call to pause", func() bool { return r.Stats().Retries == 1 })
+	before := owners.owners.Load()
+	window := time.NewTimer(500 * time.Millisecond)
+	select {
+	case <-window.C:
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	if got := owners.owners.Load() - before; got != 0 {
+		t.Errorf("%d Owners lookups in 500 ms with nothing happening; want 0", got)
+	}
+	cancel()
+	<-inFlight
+	<-paused
+}
+
+// An attempt whose target was chosen from a view older than the
+// follower's last check is checked as the follower would have: one at a
+// member that has left is cancelled before it is sent, and that member's
+// address is refused until a member serves there again. A subscription
+// that was full when read is taken as events dropped: the follower checks
+// every call.
+func TestRouterRechecksLateAttempts(t *testing.T) {
+	n := newBufNet(t)
+	owners := &fakeOwners{addr: "old", room: 1}
+	owners.setMembers("old", "new")
+	r := n.router(owners, nil)
+	ctx := testCtx(t, 10*time.Second)
+	rt := &route{r: r, key: []byte("k")}
+	addr, node, err := rt.target()
+	if err != nil || addr != "old" {
+		t.Fatalf("target = %s, %v", addr, err)
+	}
+	gen := r.gen.Load()
+	owners.setMembers("new")
+	waitFor(ctx, t, "the follower to check", func() bool { return r.gen.Load() != gen })
+	a := r.begin(ctx, rt, addr, node, nil)
+	defer r.end(a)
+	var gone *ownerGoneError
+	if !errors.As(context.Cause(a.ctx), &gone) {
+		t.Fatalf("late attempt at a departed member: cause %v, want it cancelled", context.Cause(a.ctx))
+	}
+	if _, err := r.Conn("old"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Conn to a departed member's address = %v, want Unavailable", err)
+	}
+	owners.setMembers("old", "new")
+	waitFor(ctx, t, "the address to serve again", func() bool { _, err := r.Conn("old"); return err == nil })
+
+	// Members change without an event of their own; the next event (of no
+	// interest) finds the one-slot channel full: everything is checked.
+	b := r.begin(ctx, &route{r: r, key: []byte("k"), gen: r.gen.Load()}, "old", "n-old", nil)
+	defer r.end(b)
+	owners.mu.Lock()
+	owners.members = owners.members[1:] // "old" left, unannounced
+	owners.mu.Unlock()
+	owners.event(coordinator.Event{Kind: coordinator.EventReleased})
+	waitFor(ctx, t, "the attempt at old to be cancelled", func() bool { return b.ctx.Err() != nil })
+}
+
+// inflightSnapshot returns the attempts registered with the follower.
+func (r *Router) inflightSnapshot() []*attempt {
+	r.inflightMu.Lock()
+	defer r.inflightMu.Unlock()
+	var out []*attempt
+	for a := range r.inflight {
+		out = append(out, a)
+	}
+	return out
 }

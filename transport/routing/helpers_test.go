@@ -254,9 +254,16 @@ type fakeOwners struct {
 	err     error
 	members []ownership.Member
 	events  chan coordinator.Event
+	// room, if set, is the subscription's room for events instead of what
+	// the router asks; noEvents makes Subscribe return no channel.
+	room     int
+	noEvents bool
+	// owners counts the calls of Owner.
+	owners atomic.Int64
 }
 
 func (f *fakeOwners) Owner([]byte) (ownership.OwnerInfo, error) {
+	f.owners.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -275,13 +282,14 @@ func (f *fakeOwners) set(addr string) {
 	f.mu.Unlock()
 }
 
-// claim makes node at addr the owner, holding a claim.
+// claim makes node at addr the owner, holding a claim (heard by gossip).
 func (f *fakeOwners) claim(node, addr string) {
 	f.mu.Lock()
 	f.node, f.addr = node, addr
 	f.token = ownership.Token{Partition: 3, Epoch: 9, Owner: node, Incarnation: 1}
+	t := f.token
 	f.mu.Unlock()
-	f.event(coordinator.Event{Kind: coordinator.EventAcquired, Node: node})
+	f.event(coordinator.Event{Kind: coordinator.EventHolderChanged, Partition: 3, Node: node, Token: t})
 }
 
 func (f *fakeOwners) Members() []ownership.Member {
@@ -314,6 +322,12 @@ func (f *fakeOwners) event(e coordinator.Event) {
 }
 
 func (f *fakeOwners) Subscribe(buf int) (<-chan coordinator.Event, func()) {
+	if f.noEvents {
+		return nil, func() {}
+	}
+	if f.room > 0 {
+		buf = f.room
+	}
 	ch := make(chan coordinator.Event, buf)
 	f.mu.Lock()
 	f.events = ch

@@ -30,11 +30,18 @@ type Owners interface {
 }
 
 // Membership is what a Router follows so that no call waits on a member
-// that is gone; *coordinator.Coordinator implements it. Subscribe is called
-// once, by NewRouter; Members by the router's follower, after each event and
-// every RouterConfig.FollowInterval. Neither may block. Subscribe may
-// return a nil channel (no events): the follower then checks every
-// FollowInterval only.
+// that is gone or on a partition that moved; *coordinator.Coordinator
+// implements it. Subscribe is called once, by NewRouter; Members by the
+// router's follower after membership events. Neither may block.
+//
+// The router acts on these events: EventMemberJoined, EventMemberLeaving,
+// EventMemberLeft and EventLeaving (the membership or the table changed:
+// it reads Members and checks every call), EventHolderChanged and
+// EventAcquired (a partition's holder changed: it checks that partition's
+// calls). The channel may drop events only while it is full (the router
+// then checks everything), and is closed when the subscription ends.
+// Subscribe may return a nil channel (no events): the follower then checks
+// everything every RouterConfig.FollowInterval instead.
 type Membership interface {
 	Members() []ownership.Member
 	Subscribe(buf int) (<-chan coordinator.Event, func())
@@ -96,8 +103,9 @@ type RouterConfig struct {
 	// retried. Default 64; negative turns stream retries off.
 	StreamReplay int
 	// FollowInterval is how often the router checks the attempts in flight
-	// against Membership and Owners besides on each event (events can be
-	// dropped, and a claim heard by gossip raises none). Default 100 ms.
+	// and the pauses against Membership and Owners when Membership gives no
+	// events (Subscribe returns a nil channel). With events it is not used:
+	// the router checks on each event only. Default 100 ms.
 	FollowInterval time.Duration
 	// MoveGrace is how long an attempt in flight at a member that is still
 	// in the membership but no longer holds the key's partition (another
@@ -189,11 +197,13 @@ type Router struct {
 	inflightMu sync.Mutex
 	inflight   map[*attempt]struct{}
 	waiting    map[*waiter]struct{} // calls pausing before a retry
+	gen        atomic.Uint64        // the follower's checks; incremented with inflightMu held
 
-	live    atomic.Pointer[map[string]string] // member service address -> name, as last seen
-	changed atomic.Pointer[chan struct{}]     // closed and replaced on every membership event
+	live     map[string]string                    // member service address -> name, as last seen; the follower's
+	departed atomic.Pointer[map[string]time.Time] // addresses of members that left, and when; replaced under mu
 
 	unsubscribe func()
+	poke        chan struct{} // a MoveGrace to time, found outside the follower
 	quit        chan struct{}
 	wg          sync.WaitGroup
 
@@ -210,15 +220,21 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	r := &Router{cfg: cfg, inflight: map[*attempt]struct{}{}, waiting: map[*waiter]struct{}{}, quit: make(chan struct{})}
+	r := &Router{
+		cfg:      cfg,
+		inflight: map[*attempt]struct{}{},
+		waiting:  map[*waiter]struct{}{},
+		live:     map[string]string{},
+		poke:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+	}
 	r.dial = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 		MinConnectTimeout: 2 * time.Second,
 	})}, cfg.DialOptions...)
 	r.conns.Store(&map[string]*grpc.ClientConn{})
-	ch := make(chan struct{})
-	r.changed.Store(&ch)
-	r.live.Store(r.members())
+	r.departed.Store(&map[string]time.Time{})
+	r.refreshMembers()
 	events, unsubscribe := cfg.Membership.Subscribe(followBuffer)
 	r.unsubscribe = unsubscribe
 	r.wg.Add(1)
@@ -278,7 +294,9 @@ func (r *Router) closed() bool {
 }
 
 // Conn returns the router's connection to the member serving at addr
-// (host:port), dialing it if needed. Calls made on it are not routed.
+// (host:port), dialing it if needed. Calls made on it are not routed. It
+// fails with Unavailable for the address of a member that left the
+// membership (until a member serves there again).
 func (r *Router) Conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := (*r.conns.Load())[addr]; ok {
 		return cc, nil
@@ -287,6 +305,9 @@ func (r *Router) Conn(addr string) (*grpc.ClientConn, error) {
 	defer r.mu.Unlock()
 	if r.shut {
 		return nil, errRouterClosed
+	}
+	if _, ok := (*r.departed.Load())[addr]; ok {
+		return nil, status.Errorf(codes.Unavailable, "tenure: the member at %s left the membership", addr)
 	}
 	old := *r.conns.Load()
 	if cc, ok := old[addr]; ok {
@@ -356,7 +377,13 @@ type route struct {
 	hintNode   string   // the node it named
 	visited    []string // addresses tried in the current row of redirects
 	redirects  int      // in the current row
-	pauses     int
+	pauses     int      // in all, against MaxAttempts
+	step       int      // the backoff's: pauses since the view last changed
+
+	partition uint32    // key's, once located
+	located   bool      // Owners has answered once
+	seen      ownerView // what Owners said when the last target was chosen
+	gen       uint64    // the follower's checks then (see begin)
 }
 
 // do makes call on the connection to the key's owner, each time as a new
@@ -370,7 +397,7 @@ func (rt *route) do(ctx context.Context, opts []grpc.CallOption, call func(*atte
 		if err == nil {
 			var cc *grpc.ClientConn
 			if cc, err = rt.r.Conn(addr); err == nil {
-				a = rt.r.begin(ctx, addr, node, rt.key, opts)
+				a = rt.r.begin(ctx, rt, addr, node, opts)
 				if err = call(a, cc); err == nil {
 					return a, nil
 				}
@@ -389,13 +416,17 @@ func (rt *route) do(ctx context.Context, opts []grpc.CallOption, call func(*atte
 // target returns the address to try next, and the node expected there:
 // the last hint, else the owner Owners names.
 func (rt *route) target() (addr, node string, err error) {
+	rt.gen = rt.r.gen.Load() // before Owners: see begin
 	if rt.hint != "" {
 		return rt.hint, rt.hintNode, nil
 	}
 	o, err := rt.r.cfg.Owners.Owner(rt.key)
 	if err != nil {
+		rt.seen = ownerView{}
 		return "", "", status.Errorf(codes.Unavailable, "tenure: no owner for the key: %v", err)
 	}
+	rt.partition, rt.located = o.Partition, true
+	rt.seen = ownerView{node: o.Node, token: o.Token}
 	if o.Addr == "" {
 		return "", "", status.Errorf(codes.Unavailable, "tenure: owner %s of partition %d has no service address", o.Node, o.Partition)
 	}
@@ -473,9 +504,11 @@ func (rt *route) next(ctx context.Context, a *attempt, addr string, err error) e
 	return err
 }
 
-// pause waits before the next attempt, which starts again from Owners. A
-// membership change, or a new claim of the key's partition (which the
-// follower notices), ends the wait early.
+// pause waits before the next attempt, which starts again from Owners.
+// The follower ends the wait early when the key's partition gets a new
+// holder or the owner Owners names changes; so does a change seen since
+// the last attempt's target was chosen. After such a change the backoff
+// starts again from BackoffBase.
 func (rt *route) pause(ctx context.Context, err error) error {
 	rt.hint, rt.hintNode, rt.visited, rt.redirects = "", "", rt.visited[:0], 0
 	if rt.pauses >= rt.r.cfg.MaxAttempts {
@@ -483,39 +516,46 @@ func (rt *route) pause(ctx context.Context, err error) error {
 	}
 	rt.pauses++
 	rt.r.retries.Add(1)
-	changed := *rt.r.changed.Load()
-	w := rt.r.wait(rt.key)
+	w := rt.r.wait(rt)
 	defer rt.r.unwait(w)
-	t := time.NewTimer(rt.r.backoff(rt.pauses))
+	if w.seen != rt.seen {
+		rt.step = 0
+		return nil
+	}
+	t := time.NewTimer(rt.r.backoff(rt.step + 1))
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return nil
-	case <-changed:
+		rt.step++
 		return nil
 	case <-w.wake:
+		rt.step = 0
 		return nil
 	case <-ctx.Done():
 		return status.FromContextError(fmt.Errorf("%w (last answer: %v)", ctx.Err(), err)).Err()
 	}
 }
 
-// A waiter is a call pausing before a retry: the follower wakes it when
-// the key's partition gets a holder other than the one it saw.
+// A waiter is a call pausing before a retry, which the follower wakes.
 type waiter struct {
-	key  []byte
-	seen ownership.Token // the holder's token when the pause began
-	wake chan struct{}   // closed by the follower
-	woke bool            // the follower's
+	key       []byte
+	partition uint32
+	located   bool
+	seen      ownerView     // what Owners said once the waiter was registered; under inflightMu
+	wake      chan struct{} // closed by the follower
+	woke      bool          // the follower's
 }
 
-func (r *Router) wait(key []byte) *waiter {
-	w := &waiter{key: key, wake: make(chan struct{})}
-	if o, err := r.cfg.Owners.Owner(key); err == nil {
-		w.seen = o.Token
-	}
+// wait registers rt's call as pausing, then reads what Owners says of its
+// key: a change the follower handles after this wakes the waiter.
+func (r *Router) wait(rt *route) *waiter {
+	w := &waiter{key: rt.key, partition: rt.partition, located: rt.located, wake: make(chan struct{})}
 	r.inflightMu.Lock()
 	r.waiting[w] = struct{}{}
+	r.inflightMu.Unlock()
+	seen := r.view(rt.key)
+	r.inflightMu.Lock()
+	w.seen = seen
 	r.inflightMu.Unlock()
 	return w
 }
