@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -73,13 +72,6 @@ type Config struct {
 	// moment); leave it nil otherwise.
 	WriteHook func(ctx context.Context, t ownership.Token) (context.Context, func())
 
-	// DrainQuiet and DrainTimeout bound how long Leave keeps serving after
-	// the node's partitions are handed off: until no client's call has
-	// arrived for DrainQuiet (the callers have moved to other nodes, told
-	// by the health service's NOT_SERVING), and at most DrainTimeout.
-	// Defaults 300 ms and 5 s.
-	DrainQuiet, DrainTimeout time.Duration
-
 	// Logger receives the node's and the coordinator's logs. Default:
 	// discard.
 	Logger *slog.Logger
@@ -99,20 +91,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Coordinator.Memberlist == nil {
 		c.Coordinator = coordinator.LANConfig()
 	}
-	if c.DrainQuiet == 0 {
-		c.DrainQuiet = 300 * time.Millisecond
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = 5 * time.Second
-	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if c.Name == "" {
 		return c, errors.New("kvnode: Config.Name is empty")
-	}
-	if c.DrainQuiet < 0 || c.DrainTimeout < 0 {
-		return c, errors.New("kvnode: Config.DrainQuiet and DrainTimeout must not be negative")
 	}
 	if _, _, err := splitHostPort(c.GossipAddr); err != nil {
 		return c, fmt.Errorf("kvnode: Config.GossipAddr: %w", err)

@@ -27,8 +27,10 @@
 //     duplicate is answered with the first write's response, so clients
 //     and routers may retry a Put whose outcome was unknown.
 //   - A graceful Leave fails no call: health answers NOT_SERVING first,
-//     the partitions are handed off while the node goes on serving and
-//     forwarding, and it stops once its clients have moved (DrainQuiet).
+//     the others drop the node from their rings at once and take its
+//     partitions over as it hands them off, it goes on serving and
+//     forwarding meanwhile, and its gRPC server stops gracefully once
+//     the new owners hold them.
 //   - A status server (optional) serves the coordinator's status page,
 //     Prometheus metrics, the node's counters (/kv/stats) and any
 //     Config.StatusHandlers.

@@ -54,9 +54,6 @@ type Node struct {
 	// have finished (the drain that makes a handoff reject nothing).
 	gate  *gate.Gate
 	stats counters
-	// lastCall is when the last client's call arrived (Unix nanoseconds):
-	// Leave serves until the clients have moved.
-	lastCall atomic.Int64
 
 	serving sync.WaitGroup // the servers' Serve goroutines
 	once    sync.Once
@@ -230,34 +227,19 @@ func (n *Node) release(ctx context.Context, l *ownership.Lease) error {
 // Leave hands this node's partitions off to the others (each partition's
 // writes in flight finish first) and leaves the cluster, while the node
 // keeps serving: its health service answers NOT_SERVING from the start, so
-// clients move to other nodes, and the calls that still arrive are
-// forwarded to the new owners. Once no client's call has arrived for
-// Config.DrainQuiet (at most Config.DrainTimeout), it stops serving and
+// balanced clients move to other nodes, and the calls that still arrive
+// are forwarded to the new owners. Once the coordinator's Leave returns
+// (the new owners hold every partition), it stops the gRPC server
+// gracefully: the calls in flight finish, within stopTimeout. Then it
 // closes the database. If ctx ends first, the remaining leases are revoked
 // as in Close and ctx's error is returned.
 func (n *Node) Leave(ctx context.Context) error {
 	err := coordinator.ErrClosed
 	n.once.Do(func() {
 		err = n.c.Leave(ctx)
-		n.drain(ctx)
 		n.stop(true)
 	})
 	return err
-}
-
-// drain waits until no client's call has arrived for DrainQuiet, at most
-// DrainTimeout or until ctx ends.
-func (n *Node) drain(ctx context.Context) {
-	deadline := time.Now().Add(n.cfg.DrainTimeout)
-	tick := time.NewTicker(n.cfg.DrainQuiet / 4)
-	defer tick.Stop()
-	for time.Since(time.Unix(0, n.lastCall.Load())) < n.cfg.DrainQuiet && time.Now().Before(deadline) {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // Close stops the node at once, as a crash looks to the others: no

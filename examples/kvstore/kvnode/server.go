@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -39,7 +38,6 @@ import (
 // calls through to the handlers, which forward them.
 func (n *Node) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if len(metadata.ValueFromIncomingContext(ctx, transport.KeyMetadata)) == 0 {
-		n.lastCall.Store(time.Now().UnixNano())
 		return handler(ctx, req)
 	}
 	return n.guard(ctx, req, info, handler)
