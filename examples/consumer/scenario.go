@@ -56,6 +56,9 @@ type Scenario struct {
 	// committed without the fence (see unfencedCommit), so its events are
 	// applied a second time, and Result.Err must say so.
 	Unfenced bool
+
+	// tune, if set, adjusts each node's coordinator configuration (tests).
+	tune func(*coordinator.Config)
 }
 
 // Result is what a Scenario did and found.
@@ -292,6 +295,9 @@ func (s Scenario) startNode(ctx context.Context, store *consumer.Store, network 
 	if len(others) > 0 {
 		cfg.Seeds = []string{others[0].Coordinator().GossipAddr()}
 	}
+	if s.tune != nil {
+		s.tune(&cfg)
+	}
 	opts := consumer.Options{BatchSize: s.BatchSize, Logger: s.Logger}
 	if name == "node-1" && hold != nil {
 		opts.BeforeCommit, opts.AfterCommit = hold.beforeCommit, hold.afterCommit
@@ -391,11 +397,13 @@ func converged(ctx context.Context, nodes []*consumer.Node) error {
 	})
 }
 
-// poll calls cond every 10 ms until it reports true, fails, or ctx ends.
+// poll calls cond until it reports true, fails, or ctx ends: every 10 ms,
+// or, when cond takes longer than 2.5 ms (Store.Lag counts the whole log),
+// four times as long as it took, so that waiting costs the nodes under
+// test at most a fifth of the machine.
 func poll(ctx context.Context, what string, cond func() (bool, error)) error {
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
 	for {
+		start := time.Now()
 		ok, err := cond()
 		if err != nil {
 			return fmt.Errorf("consumer: waiting for %s: %w", what, err)
@@ -403,10 +411,12 @@ func poll(ctx context.Context, what string, cond func() (bool, error)) error {
 		if ok {
 			return nil
 		}
+		t := time.NewTimer(max(10*time.Millisecond, 4*time.Since(start)))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return fmt.Errorf("consumer: waiting for %s: %w", what, ctx.Err())
-		case <-tick.C:
+		case <-t.C:
 		}
 	}
 }

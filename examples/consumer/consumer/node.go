@@ -19,9 +19,16 @@ type Options struct {
 	// Larger batches commit less often; a rejected batch wastes more work.
 	// Default 32.
 	BatchSize int
-	// PollInterval is the wait when a partition has no new events, or
-	// after a failed read or commit. Default 20 ms.
+	// PollInterval is the first wait when a partition has no new events,
+	// or after a failed read or commit. Default 20 ms.
 	PollInterval time.Duration
+	// MaxPollInterval caps the wait while a partition stays idle: each
+	// empty (or failed) read doubles the wait from PollInterval up to
+	// MaxPollInterval, and a batch brings it back to PollInterval. An idle
+	// node reads each of its partitions about once per MaxPollInterval; a
+	// new event after a quiet spell waits up to that long. Default 250 ms
+	// (PollInterval if that is longer).
+	MaxPollInterval time.Duration
 	// Logger receives the node's logs. Default: discard.
 	Logger *slog.Logger
 
@@ -44,6 +51,23 @@ type Options struct {
 	// batch is read from the committed offset). Use it for metrics and
 	// tracing; it must not block.
 	AfterCommit func(b Batch, err error)
+}
+
+func (o Options) withDefaults() Options {
+	if o.BatchSize <= 0 {
+		o.BatchSize = 32
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 20 * time.Millisecond
+	}
+	if o.MaxPollInterval <= 0 {
+		o.MaxPollInterval = 250 * time.Millisecond
+	}
+	o.MaxPollInterval = max(o.MaxPollInterval, o.PollInterval)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o
 }
 
 // Stats counts a node's commits.
@@ -92,15 +116,7 @@ type worker struct {
 // fence, so that every new owner fences the partition before it reads the
 // offset). Call Start.
 func NewNode(store *Store, cfg coordinator.Config, opts Options) (*Node, error) {
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = 32
-	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = 20 * time.Millisecond
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	opts = opts.withDefaults()
 	n := &Node{store: store, opts: opts, log: opts.Logger.With("node", cfg.Name), workers: map[*ownership.Lease]*worker{}}
 	cfg.Handler = coordinator.HandlerFuncs{AcquireFunc: n.acquire, ReleaseFunc: n.release}
 	cfg.Fence = store.Fence()
@@ -198,6 +214,11 @@ func (n *Node) consume(lease *ownership.Lease, w *worker) {
 		n.wg.Done()
 	}()
 	log := n.log.With("partition", lease.Partition(), "epoch", lease.Token().Epoch)
+	var idle time.Duration // the last wait; 0 after a batch
+	wait := func() {
+		idle = n.nextWait(idle)
+		n.pause(lease, w, idle)
+	}
 	for n.running(lease, w) {
 		// Read with the lease's context: reading after the lease ended is
 		// useless. The offset is read again for every batch, and checked
@@ -208,9 +229,10 @@ func (n *Node) consume(lease *ownership.Lease, w *worker) {
 			if err != nil && lease.Err() == nil {
 				log.Warn("read", "err", err)
 			}
-			n.pause(lease, w)
+			wait()
 			continue
 		}
+		idle = 0
 		// The lease may end from here on without this goroutine noticing
 		// (a GC pause, a stopped process, a slow network): checking
 		// lease.Err() before committing would narrow that window, never
@@ -218,7 +240,7 @@ func (n *Node) consume(lease *ownership.Lease, w *worker) {
 		if n.opts.BeforeCommit != nil {
 			if err := n.opts.BeforeCommit(n.ctx, b); err != nil {
 				log.Info("batch dropped before its commit", "from", b.From, "events", len(b.Events), "err", err)
-				n.pause(lease, w)
+				wait()
 				continue
 			}
 		}
@@ -248,7 +270,7 @@ func (n *Node) consume(lease *ownership.Lease, w *worker) {
 			// batch is read from the committed offset, and its commit
 			// checks that offset again.
 			log.Warn("commit", "from", b.From, "err", err)
-			n.pause(lease, w)
+			wait()
 		}
 	}
 }
@@ -268,9 +290,18 @@ func (n *Node) running(lease *ownership.Lease, w *worker) bool {
 	}
 }
 
-// pause waits PollInterval, or less if the consumer should stop.
-func (n *Node) pause(lease *ownership.Lease, w *worker) {
-	t := time.NewTimer(n.opts.PollInterval)
+// nextWait returns the wait after one of last (0: none yet): PollInterval,
+// then doubling up to MaxPollInterval.
+func (n *Node) nextWait(last time.Duration) time.Duration {
+	if last == 0 {
+		return n.opts.PollInterval
+	}
+	return min(2*last, n.opts.MaxPollInterval)
+}
+
+// pause waits d, or less if the consumer should stop.
+func (n *Node) pause(lease *ownership.Lease, w *worker, d time.Duration) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
