@@ -1,0 +1,71 @@
+package coordinator
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/ownership"
+)
+
+// Issue 11, defect 6, further: after a fence table reset the SQL authority
+// minted epoch 1 again (the first claim on a missing row), so a node that
+// held a partition at epoch 1 was granted the very token it held before:
+// two grants shared a token (S3), and a stale write of the first lease
+// would pass the second's fence. And a grant below what gossip held never
+// showed in the gossip register (its merge is max): Owner, Status and
+// WaitConverged showed the old holder, released, forever. Every new lease
+// has a new token, and gossip shows it.
+func TestSQLAuthorityResetKeepsTokensUniqueAndVisible(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tc, f, _, db := sqlCluster(t)
+	for i := range 3 {
+		tc.start(ctx, fmt.Sprintf("u%d", i))
+	}
+	waitSQLOwned(ctx, t, tc, f)
+	old := map[uint32]ownership.Token{}
+	for _, n := range tc.all() {
+		for p := range uint32(testPartitions) {
+			if l, err := n.c.LeaseOfPartition(p); err == nil {
+				old[p] = l.Token()
+			}
+		}
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM tenure_partitions`); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range tc.all() {
+		for p := range uint32(testPartitions) {
+			if l, err := n.c.LeaseOfPartition(p); err == nil {
+				n.c.ReportStale(f.Do(ctx, l.Token(), ownership.Exact, func(*sql.Tx) error { return nil }))
+			}
+		}
+	}
+	waitFor(ctx, t, "every partition's ring owner to hold a new lease", func() bool {
+		for p, tok := range old {
+			n := tc.node(tc.all()[0].c.Table().Owner(p))
+			if l, err := n.c.LeaseOfPartition(p); err != nil || l.Token().Same(tok) && l.Err() != nil {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range tc.all() {
+		for p := range uint32(testPartitions) {
+			if l, err := n.c.LeaseOfPartition(p); err == nil && l.Token().Same(old[p]) {
+				t.Errorf("p%d: %s was granted %v again after the reset: two grants share a token", p, n.name, l.Token())
+			}
+		}
+	}
+	for _, n := range tc.all() {
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := n.c.WaitConverged(wctx); err != nil {
+			t.Errorf("%s: gossip never shows the new holders: %v (%s)", n.name, err, tc.why(n))
+		}
+		wcancel()
+	}
+}
