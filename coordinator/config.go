@@ -145,8 +145,11 @@ type Config struct {
 	// TokenKeys, when set, signs every token with a MAC (the first key;
 	// the others are accepted for rotation), and authenticates gossip: every
 	// message must carry a MAC under these keys, and so must every token in
-	// it and every token a resource reports as current (ReportStale).
-	// Without them the cluster trusts whatever reaches its gossip port.
+	// it and every token a resource reports as current (ReportStale), and
+	// every node's metadata carries a MAC for its name: a node whose
+	// metadata fails is no member (it can't advertise a stable membership,
+	// a leave or another node's identity). Without them the cluster trusts
+	// whatever reaches its gossip port.
 	// Optional.
 	TokenKeys *ownership.Keyring
 

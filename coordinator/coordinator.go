@@ -168,7 +168,7 @@ func (c *Coordinator) updateMeta(fn func(*meta)) error {
 	defer c.metaMu.Unlock()
 	m := c.metaVal
 	fn(&m)
-	b, err := m.encode()
+	b, err := m.encode(c.cfg.Name, c.cfg.TokenKeys)
 	if err != nil {
 		return err
 	}

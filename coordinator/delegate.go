@@ -86,15 +86,21 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 // They run under memberlist's lock, which is the one moment a *Node may be
 // read: memberlist later mutates the nodes Members() returns, without a
 // lock the caller can take. So the coordinator keeps its own copy.
-func (d *delegate) NotifyJoin(n *memberlist.Node)   { d.c.nodes.put(n); d.changed() }
-func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.c.nodes.put(n); d.changed() }
+func (d *delegate) NotifyJoin(n *memberlist.Node) {
+	d.c.nodes.put(n, d.c.cfg.TokenKeys)
+	d.changed()
+}
+func (d *delegate) NotifyUpdate(n *memberlist.Node) {
+	d.c.nodes.put(n, d.c.cfg.TokenKeys)
+	d.changed()
+}
 
 // NotifyLeave: a member left gracefully when its last metadata announced a Leave.
 // memberlist's own record of it (StateLeft, for a member that said
 // goodbye) is not in the Node it passes here: v0.7.0 keeps the state in a
 // field of its own and leaves Node.State at its zero value, StateAlive.
 func (d *delegate) NotifyLeave(n *memberlist.Node) {
-	md, err := decodeMeta(n.Meta)
+	md, err := decodeMeta(n.Meta, n.Name, d.c.cfg.TokenKeys)
 	d.c.nodes.del(n.Name, n.State == memberlist.StateLeft || err == nil && md.Leaving)
 	d.changed()
 }
@@ -107,7 +113,8 @@ func (d *delegate) changed() {
 }
 
 // NotifyAlive implements memberlist.AliveDelegate: nodes of another cluster
-// or another ring algorithm are refused.
+// or another ring algorithm are refused, and with token keys set, nodes
+// whose metadata is not authentic under them.
 func (d *delegate) NotifyAlive(n *memberlist.Node) error { return d.check(n) }
 
 // NotifyMerge implements memberlist.MergeDelegate.
@@ -126,7 +133,7 @@ func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
 }
 
 func (d *delegate) check(n *memberlist.Node) error {
-	md, err := decodeMeta(n.Meta)
+	md, err := decodeMeta(n.Meta, n.Name, d.c.cfg.TokenKeys)
 	if err != nil {
 		return fmt.Errorf("node %q: %w", n.Name, err)
 	}
@@ -204,8 +211,10 @@ type nodeEntry struct {
 	err    error // metadata that did not decode
 }
 
-func (s *nodeSet) put(n *memberlist.Node) {
-	md, err := decodeMeta(n.Meta)
+// put records n; metadata that does not decode, or is not authentic under
+// keys, leaves n out of every view.
+func (s *nodeSet) put(n *memberlist.Node, keys *ownership.Keyring) {
+	md, err := decodeMeta(n.Meta, n.Name, keys)
 	e := nodeEntry{
 		member: ownership.Member{Name: n.Name, GossipAddr: n.Address(), ServiceAddr: md.ServiceAddr, Incarnation: md.Incarnation},
 		meta:   md,

@@ -55,7 +55,7 @@ func newIntruder(t *testing.T, name string, md []byte, state []byte) *intruder {
 // the intruder.
 func leavingMeta(t *testing.T, cluster string) []byte {
 	t.Helper()
-	b, err := meta{Cluster: cluster, RingVersion: ring.AlgorithmVersion, Incarnation: 7, Leaving: true}.encode()
+	b, err := meta{Cluster: cluster, RingVersion: ring.AlgorithmVersion, Incarnation: 7, Leaving: true}.encode("", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,4 +311,77 @@ func TestKeyedClusterRefusesUnauthenticatedInput(t *testing.T) {
 	if !errors.Is(lease.Err(), ownership.ErrLeaseSuperseded) {
 		t.Fatalf("lease ended with %v, want ErrLeaseSuperseded", lease.Err())
 	}
+}
+
+// forgedMeta is node metadata that passes every check but authentication:
+// this cluster and ring, and the stable membership id given.
+func forgedMeta(t *testing.T, name string, id ownership.StableID, leaving bool, keys *ownership.Keyring) []byte {
+	t.Helper()
+	b, err := meta{Cluster: "tenure", RingVersion: ring.AlgorithmVersion, Incarnation: 7, Stable: id, Leaving: leaving}.encode(name, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Issue 11, defect 2 (node metadata): in a cluster with token keys but no
+// gossip encryption, a plain memberlist node joined with crafted metadata:
+// a stable membership of version 2^64-1, so that every real node believed
+// itself outdated, counted no quorum and claimed nothing, forever. With
+// token keys, metadata carries a MAC for the node's name; metadata that
+// is unsigned, signed under another key or made for another name is
+// refused, and the node is no member. After the forgers have joined, a
+// node crashes: the survivors must still re-own its partitions.
+func TestForgedMetadataCannotHaltAKeyedCluster(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	keys := metaKeys(t, "tenure test token key, 32 bytes")
+	other := metaKeys(t, "another cluster's token key....")
+	tc := newTestCluster(t, func(c *Config) { c.TokenKeys = keys })
+	tc.startNodes(ctx, "m", 3)
+	tc.waitConverged(ctx)
+
+	huge := ownership.StableID{Version: math.MaxUint64, Hash: 1}
+	forgers := []*intruder{
+		newIntruder(t, "evil-unsigned", forgedMeta(t, "evil-unsigned", huge, false, nil), nil),
+		newIntruder(t, "evil-leaving", forgedMeta(t, "evil-leaving", huge, true, nil), nil),
+		newIntruder(t, "evil-other-key", forgedMeta(t, "evil-other-key", huge, false, other), nil),
+		// Signed under the cluster's key, but for another name: a replay
+		// of m2's metadata (with m2's key) under a name of its own.
+		newIntruder(t, "evil-replay", forgedMeta(t, "m2", huge, false, keys), nil),
+	}
+	for _, in := range forgers {
+		for _, n := range tc.all() {
+			// A refused node's join fails; a join that succeeds has
+			// delivered the metadata too.
+			_, _ = in.ml.Join([]string{n.c.GossipAddr()})
+		}
+	}
+	for _, n := range tc.all() {
+		for _, e := range snapshotNames(n.c) {
+			if len(e) > 4 && e[:4] == "evil" {
+				t.Errorf("%s counts %s as a member", n.name, e)
+			}
+		}
+	}
+
+	// A crash: the survivors must claim its partitions, which needs the
+	// quorum a forged stable id would take away.
+	victim := tc.all()[2]
+	tc.remove(victim.name).c.Close()
+	tc.waitConverged(ctx)
+}
+
+// snapshotNames names the members in c's copy of memberlist's view.
+func snapshotNames(c *Coordinator) []string {
+	c.nodes.mu.Lock()
+	defer c.nodes.mu.Unlock()
+	var out []string
+	for name, e := range c.nodes.nodes {
+		if e.err == nil {
+			out = append(out, name)
+		}
+	}
+	return out
 }

@@ -8,13 +8,24 @@ import (
 	"github.com/tenure-go/tenure/ownership"
 )
 
-// metaVersion is the version of the node metadata encoding.
-const metaVersion = 2
+// metaVersion is the version of the node metadata encoding. Version 3
+// added the MAC.
+const metaVersion = 3
+
+// metaPurpose is what the MAC of node metadata authenticates.
+const metaPurpose = "node metadata"
+
+// Metadata flags.
+const (
+	metaLeaving = 1 << 0
+	metaMAC     = 1 << 1 // a MAC ends the metadata
+)
 
 // maxMeta is memberlist's limit on node metadata.
 const maxMeta = 512
 
-// errBadMeta wraps every metadata decoding failure.
+// errBadMeta wraps every metadata decoding failure. Metadata that fails
+// authentication wraps ownership.ErrBadMAC too.
 var errBadMeta = errors.New("coordinator: malformed node metadata")
 
 // meta is what a node gossips about itself in memberlist's NodeMeta.
@@ -30,14 +41,22 @@ type meta struct {
 	Leaving bool
 }
 
-// encode returns the metadata bytes: a version byte, a flags byte (bit 0:
-// leaving), the incarnation, the stable version and hash as uvarints, then
-// three uvarint-length-prefixed strings.
-func (m meta) encode() ([]byte, error) {
-	b := make([]byte, 0, 48+len(m.Cluster)+len(m.RingVersion)+len(m.ServiceAddr))
+// encode returns the metadata bytes of node name: a version byte, a flags
+// byte (bit 0: leaving; bit 1: a MAC follows), the incarnation, the stable
+// version and hash as uvarints, then three uvarint-length-prefixed
+// strings, and when keys is not nil a MAC under keys of the node's name
+// (uvarint-length-prefixed) followed by every byte before the MAC. The
+// MAC binds the metadata to the name: a node can't advertise another's.
+// It does not prove freshness: a replay of a node's earlier metadata
+// under its name is stopped only by encrypted gossip (GossipKeys).
+func (m meta) encode(name string, keys *ownership.Keyring) ([]byte, error) {
+	b := make([]byte, 0, 48+ownership.MACSize+len(m.Cluster)+len(m.RingVersion)+len(m.ServiceAddr))
 	var flags byte
 	if m.Leaving {
-		flags |= 1
+		flags |= metaLeaving
+	}
+	if keys != nil {
+		flags |= metaMAC
 	}
 	b = append(b, metaVersion, flags)
 	b = binary.AppendUvarint(b, m.Incarnation)
@@ -47,14 +66,28 @@ func (m meta) encode() ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
+	if keys != nil {
+		mac := keys.Authenticate(metaPurpose, metaSigned(name, b))
+		b = append(b, mac[:]...)
+	}
 	if len(b) > maxMeta {
 		return nil, fmt.Errorf("coordinator: node metadata is %d bytes, memberlist allows %d", len(b), maxMeta)
 	}
 	return b, nil
 }
 
-// decodeMeta parses metadata from the network; it never panics.
-func decodeMeta(b []byte) (meta, error) {
+// metaSigned is what the MAC of name's metadata body covers.
+func metaSigned(name string, body []byte) []byte {
+	out := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(name)+len(body)), uint64(len(name)))
+	out = append(out, name...)
+	return append(out, body...)
+}
+
+// decodeMeta parses the metadata of node name from the network; it never
+// panics. With keys set, metadata without a MAC that verifies under keys
+// for name is refused (an error wrapping errBadMeta and
+// ownership.ErrBadMAC). Without keys a MAC is accepted unchecked.
+func decodeMeta(b []byte, name string, keys *ownership.Keyring) (meta, error) {
 	var m meta
 	if len(b) == 0 {
 		return m, fmt.Errorf("%w: empty", errBadMeta)
@@ -65,10 +98,26 @@ func decodeMeta(b []byte) (meta, error) {
 	if b[0] != metaVersion {
 		return m, fmt.Errorf("%w: version %d, want %d", errBadMeta, b[0], metaVersion)
 	}
-	if len(b) < 2 || b[1]&^1 != 0 {
+	if len(b) < 2 || b[1]&^(metaLeaving|metaMAC) != 0 {
 		return m, fmt.Errorf("%w: flags", errBadMeta)
 	}
-	m.Leaving = b[1]&1 != 0
+	m.Leaving = b[1]&metaLeaving != 0
+	signed := b[1]&metaMAC != 0
+	all := b
+	if signed {
+		if len(b) < 2+ownership.MACSize {
+			return meta{}, fmt.Errorf("%w: truncated MAC", errBadMeta)
+		}
+		b = b[:len(b)-ownership.MACSize]
+	}
+	if keys != nil {
+		if !signed {
+			return meta{}, fmt.Errorf("%w: %w: node %q sent unsigned metadata", errBadMeta, ownership.ErrBadMAC, name)
+		}
+		if !keys.Authentic(metaPurpose, metaSigned(name, b), all[len(b):]) {
+			return meta{}, fmt.Errorf("%w: %w: metadata of node %q", errBadMeta, ownership.ErrBadMAC, name)
+		}
+	}
 	b = b[2:]
 	for _, dst := range []*uint64{&m.Incarnation, &m.Stable.Version, &m.Stable.Hash} {
 		v, n := binary.Uvarint(b)
