@@ -569,17 +569,8 @@ func (c *Coordinator) ReportStale(err error) bool {
 	switch {
 	case errors.As(err, &st) && st.Token.Node() == c.self:
 		cur := st.Current
-		if cur.Partition != st.Token.Partition || cur.Compare(st.Token) <= 0 {
-			return false
-		}
-		if k := c.cfg.TokenKeys; k != nil {
-			if verr := k.Verify(cur); verr != nil {
-				c.log.Warn("stale report with an unauthentic current token", "token", st.Token, "current", cur, "err", verr)
-				return false
-			}
-		}
-		if known := max(c.reg.Get(cur.Partition).Epoch, st.Token.Epoch); cur.Epoch-known > ownership.MaxEpochJump {
-			c.log.Warn("stale report with an implausible current token", "token", st.Token, "current", cur)
+		if verr := c.currentError(st.Token, cur); verr != nil {
+			c.log.Warn("stale report with a current token that is not believed", "token", st.Token, "current", cur, "err", verr)
 			return false
 		}
 		c.metrics.staleRejections.Inc()

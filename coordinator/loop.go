@@ -540,7 +540,7 @@ func (l *loop) goFence(e *leaseEntry) {
 		ctx, cancel := context.WithTimeout(lease.Context(), c.cfg.AcquireTimeout)
 		defer cancel()
 		_, err := c.cfg.Fence.Fence(ctx, lease.Token())
-		return input{kind: inFenced, token: lease.Token(), err: err}
+		return input{kind: inFenced, token: lease.Token(), err: c.vetStale(lease.Token(), err)}
 	})
 }
 
@@ -557,7 +557,7 @@ func (l *loop) goAcquire(e *leaseEntry) {
 			// here that the lease it just acquired has ended.
 			l.release(lease)
 		}
-		return input{kind: inAcquired, token: lease.Token(), err: err}
+		return input{kind: inAcquired, token: lease.Token(), err: c.vetStale(lease.Token(), err)}
 	})
 }
 
