@@ -31,6 +31,14 @@ type Verifier interface {
 	Verify(t ownership.Token) error
 }
 
+// A Signer signs the marks a fence reports (for example an
+// ownership.Keyring): a keyed cluster believes the current token of a
+// stale answer only if it carries a valid MAC, and a mark is kept without
+// its MAC. It is called concurrently and must not block.
+type Signer interface {
+	Sign(t ownership.Token) ownership.Token
+}
+
 // Config configures a Fence. The zero Config is valid.
 type Config struct {
 	// Prefix is put before every fence key: partition p's mark is at
@@ -43,6 +51,16 @@ type Config struct {
 	// authenticated, so any client that can reach etcd can fence out the
 	// owners with a large epoch.
 	Verifier Verifier
+	// Signer, if set, signs the mark of every stale answer (the Current
+	// of a *ownership.StaleTokenError, and the mark Fence returns with
+	// it). Set it, with Verifier, to the cluster's token keyring when the
+	// coordinators have Config.TokenKeys: they don't believe an unsigned
+	// current token, so without it a node fenced out here learns the mark
+	// only from gossip, claiming again after a backoff meanwhile. Signing
+	// vouches for the mark: set Verifier too, so that every mark was
+	// authentic when it was fenced. Default nil: marks are reported
+	// unsigned.
+	Signer Signer
 }
 
 // Validate reports whether c is usable. It does not modify c.
@@ -63,6 +81,7 @@ type Fence struct {
 	kv     clientv3.KV
 	prefix string
 	verify Verifier
+	sign   Signer
 }
 
 var _ ownership.Fence = (*Fence)(nil)
@@ -80,7 +99,7 @@ func New(kv clientv3.KV, cfg Config) (*Fence, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	return &Fence{kv: kv, prefix: cfg.Prefix, verify: cfg.Verifier}, nil
+	return &Fence{kv: kv, prefix: cfg.Prefix, verify: cfg.Verifier, sign: cfg.Signer}, nil
 }
 
 // Prefix returns the prefix of the fence keys.
@@ -113,6 +132,7 @@ func (f *Fence) Fence(ctx context.Context, t ownership.Token) (ownership.Token, 
 		}
 		switch c := t.Compare(mark); {
 		case c < 0:
+			mark = f.signed(mark)
 			return mark, ownership.Stale(t, mark)
 		case c == 0:
 			return t, nil // t is the mark, and keeps its MAC
@@ -207,7 +227,7 @@ func (f *Fence) Do(ctx context.Context, t ownership.Token, m ownership.Mode, ops
 		case c == 0:
 			return nil, fmt.Errorf("%w of p%d: it decodes to %v but is not its encoding", errCorrupt, t.Partition, mark)
 		case m == ownership.Exact || c < 0:
-			return nil, ownership.Judge(t, mark)
+			return nil, ownership.Judge(t, f.signed(mark))
 		}
 		// Monotonic, and t is above the mark: raise it in the same
 		// transaction, if the mark has not moved since it was read.
@@ -243,4 +263,12 @@ func (f *Fence) check(t ownership.Token) error {
 		}
 	}
 	return nil
+}
+
+// signed returns mark signed by the fence's Signer, if it has one.
+func (f *Fence) signed(mark ownership.Token) ownership.Token {
+	if f.sign == nil || mark.IsZero() {
+		return mark
+	}
+	return f.sign.Sign(mark)
 }

@@ -262,3 +262,31 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("Do over a corrupt mark = %v", err)
 	}
 }
+
+// Issue 11, defect 2: a keyed cluster believes a stale answer's current
+// token only with a valid MAC, and marks are kept without theirs: with a
+// Signer, every stale answer (Fence's and Do's) carries a signed mark.
+func TestSignerSignsStaleAnswers(t *testing.T) {
+	keys, err := ownership.NewKeyring(ownership.Key("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, f, data := setup(t, etcdfence.Config{Verifier: keys, Signer: keys})
+	ctx := testContext(t)
+	low, high := keys.Sign(tok(1, 1, "a", 1)), keys.Sign(tok(1, 2, "b", 1))
+	mustFence(t, f, high)
+	mark, ferr := f.Fence(ctx, low)
+	_, derr := f.Do(ctx, low, ownership.Exact, clientv3.OpPut(data+"k", "x"))
+	for what, err := range map[string]error{"Fence": ferr, "Do": derr} {
+		var st *ownership.StaleTokenError
+		if !errors.As(err, &st) {
+			t.Fatalf("%s under a lower token: %v, want stale", what, err)
+		}
+		if st.Current.Compare(high) != 0 || keys.Verify(st.Current) != nil {
+			t.Fatalf("%s's stale answer names %v (%v), want %v signed", what, st.Current, keys.Verify(st.Current), high)
+		}
+	}
+	if keys.Verify(mark) != nil {
+		t.Fatalf("Fence returned an unsigned mark %v", mark)
+	}
+}

@@ -148,7 +148,7 @@ func (f *Fence) begin(ctx context.Context, conn *sql.Conn, t ownership.Token, m 
 	if err != nil {
 		return fmt.Errorf("sqlfence: check %v failed; read the mark: %w", t, err)
 	}
-	if err := ownership.Judge(t, mark); err != nil && (m == ownership.Exact || t.Compare(mark) < 0) {
+	if err := ownership.Judge(t, f.signed(mark)); err != nil && (m == ownership.Exact || t.Compare(mark) < 0) {
 		return err
 	}
 	// The mark moved between the check and the read: a fence of t itself

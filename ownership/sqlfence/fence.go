@@ -24,6 +24,14 @@ type Verifier interface {
 	Verify(t ownership.Token) error
 }
 
+// A Signer signs the marks a fence reports (for example an
+// ownership.Keyring): a keyed cluster believes the current token of a
+// stale answer only if it carries a valid MAC, and a mark is kept without
+// its MAC. It is called concurrently and must not block.
+type Signer interface {
+	Sign(t ownership.Token) ownership.Token
+}
+
 // Config configures a Fence. The zero Config is valid.
 type Config struct {
 	// Table is the fence table: a name or schema.name, each part letters,
@@ -36,6 +44,16 @@ type Config struct {
 	// authenticated, so any client that can reach the fence can fence out
 	// the owners with a large epoch. The check costs one MAC per call.
 	Verifier Verifier
+	// Signer, if set, signs the mark of every stale answer (the Current
+	// of a *ownership.StaleTokenError, and the mark Fence returns with
+	// it). Set it, with Verifier, to the cluster's token keyring when the
+	// coordinators have Config.TokenKeys: they don't believe an unsigned
+	// current token, so without it a node fenced out here learns the mark
+	// only from gossip, claiming again after a backoff meanwhile. Signing
+	// vouches for the mark: set Verifier too, so that every mark was
+	// authentic when it was fenced. Default nil: marks are reported
+	// unsigned.
+	Signer Signer
 }
 
 // Validate reports whether c is usable. It does not modify c.
@@ -59,6 +77,7 @@ type Fence struct {
 	d      Dialect
 	sql    statements
 	verify Verifier
+	sign   Signer
 
 	mu       sync.Mutex
 	lockStmt atomic.Pointer[sql.Stmt] // the lock statement, prepared on first use
@@ -84,7 +103,7 @@ func New(db *sql.DB, d Dialect, cfg Config) (*Fence, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Fence{db: db, d: d, sql: d.statements(table), verify: cfg.Verifier}, nil
+	return &Fence{db: db, d: d, sql: d.statements(table), verify: cfg.Verifier, sign: cfg.Signer}, nil
 }
 
 // CreateSchema creates the fence table if it does not exist:
@@ -131,6 +150,7 @@ func (f *Fence) Fence(ctx context.Context, t ownership.Token) (ownership.Token, 
 	}
 	switch c := t.Compare(mark); {
 	case c < 0:
+		mark = f.signed(mark)
 		return mark, ownership.Stale(t, mark)
 	case c == 0:
 		return t, nil // t is the mark, and keeps its MAC
@@ -276,7 +296,7 @@ func (f *Fence) judge(ctx context.Context, e execer, t ownership.Token, m owners
 		return fmt.Errorf("sqlfence: check %v: %w", t, err)
 	}
 	if m == ownership.Exact || t.Compare(mark) <= 0 {
-		return ownership.Judge(t, mark)
+		return ownership.Judge(t, f.signed(mark))
 	}
 	if raised, err := f.raise(ctx, e, t); err != nil {
 		return fmt.Errorf("sqlfence: advance to %v: %w", t, err)
@@ -290,7 +310,7 @@ func (f *Fence) judge(ctx context.Context, e execer, t ownership.Token, m owners
 		return fmt.Errorf("sqlfence: check %v: %w", t, err)
 	}
 	if t.Compare(mark) != 0 {
-		return ownership.Stale(t, mark)
+		return ownership.Stale(t, f.signed(mark))
 	}
 	return nil
 }
@@ -373,4 +393,12 @@ func decodeMark(p uint32, epoch int64, owner, inc string) (ownership.Token, bool
 		return ownership.Token{}, false, fmt.Errorf("corrupt fence row for p%d: epoch %d, incarnation %q", p, epoch, inc)
 	}
 	return ownership.Token{Partition: p, Epoch: uint64(epoch), Owner: owner, Incarnation: n}, true, nil
+}
+
+// signed returns mark signed by the fence's Signer, if it has one.
+func (f *Fence) signed(mark ownership.Token) ownership.Token {
+	if f.sign == nil || mark.IsZero() {
+		return mark
+	}
+	return f.sign.Sign(mark)
 }
