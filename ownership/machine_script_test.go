@@ -21,7 +21,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the sc
 //
 //	config self=a:1 partitions=4 [grace= handoff= stepdown= stableafter= retry= maxretry=
 //	       acquire= release= minquorum= maxclaims=] [bootstrap] [fenced] [strict] [knobs=a,b]
-//	view members=a,b[:inc] owners=a,a,b,b|none [left=c] [leaving=b] [shows=b:2:a+b+c]
+//	view members=a,b[:inc] owners=a,a,b,b|none [left=c] [leaving=b] [unreachable=b] [shows=b:2:a+b+c]
 //	heard-stable v=2 members=a,b,c
 //	tick [n]
 //	heard p0 e1/b:2 [released]
@@ -136,13 +136,14 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 			shows[name] = NewStable(n, strings.Split(members, "+")).ID()
 		}
 		leaving := list(c.Args["leaving"])
+		unreachable := list(c.Args["unreachable"])
 		members := list(c.Args["members"])
 		for i, n := range members {
 			// name:incarnation gives the member's life.
 			name, inc, _ := strings.Cut(n, ":")
 			members[i] = name
 			life, _ := strconv.ParseUint(inc, 10, 64)
-			v.Members = append(v.Members, ViewMember{Name: name, Incarnation: life, Stable: shows[name], Leaving: slices.Contains(leaving, name)})
+			v.Members = append(v.Members, ViewMember{Name: name, Incarnation: life, Stable: shows[name], Leaving: slices.Contains(leaving, name), Unreachable: slices.Contains(unreachable, name)})
 		}
 		if o := c.Args["owners"]; o != "none" {
 			v.Placement = &scriptPlacement{members: members, owners: list(o)}

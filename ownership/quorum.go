@@ -33,6 +33,10 @@ import "slices"
 //     of the others one at a time; with StableAfter longer than that spread
 //     it can never promote itself into a quorum.
 //
+// Quorum, promotion and join count only the members of the view this node
+// reaches (ViewMember.Unreachable): a node cut off from the rest still
+// shows them in its view until its own failure detector gives up on them.
+//
 // A heard stable membership with a higher ID replaces the node's own. A
 // member whose metadata shows a higher ID than the node's makes it
 // outdated: it has no quorum and asks that member for its state. This is
@@ -48,6 +52,7 @@ type quorum struct {
 
 	stable    Stable
 	view      []string            // members seen now, sorted, self included
+	reached   []string            // view minus the members that don't answer probes
 	ids       map[string]StableID // stable ID each member of the view shows
 	viewSince uint64              // tick of the last change of view
 	hasView   bool
@@ -70,24 +75,36 @@ type ViewMember struct {
 	// It is still a member (it counts for quorum and still serves what it
 	// holds) but places no partitions.
 	Leaving bool
+	// Unreachable: the member is in the view but this node's own probes of
+	// it fail (a node cut off from the rest keeps the others in its view
+	// until it suspects them, which takes longer than their suspecting
+	// it). It does not count for quorum; it is still a member. A node is
+	// never unreachable to itself.
+	Unreachable bool
 }
 
 // setView records a new view. left names members that left gracefully
 // since the last view. It reports whether the stable membership changed.
 func (q *quorum) setView(now uint64, members []ViewMember, left []string) bool {
 	names := make([]string, 0, len(members))
+	reached := make([]string, 0, len(members))
 	ids := make(map[string]StableID, len(members))
 	for _, m := range members {
 		names = append(names, m.Name)
+		if !m.Unreachable || m.Name == q.self {
+			reached = append(reached, m.Name)
+		}
 		ids[m.Name] = m.Stable
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
+	slices.Sort(reached)
+	reached = slices.Compact(reached)
 	wasOK, prev := q.ok, q.view
-	if !q.hasView || !slices.Equal(names, q.view) {
+	if !q.hasView || !slices.Equal(names, q.view) || !slices.Equal(reached, q.reached) {
 		q.viewSince = now
 	}
-	q.view, q.ids, q.hasView = names, ids, true
+	q.view, q.reached, q.ids, q.hasView = names, reached, ids, true
 	changed := false
 	if q.min == 0 && q.stable.Known() && !q.outdated {
 		for _, x := range left {
@@ -148,17 +165,17 @@ func (q *quorum) eval(now uint64) bool {
 	}
 	if q.stable.Known() && !q.outdated && q.hasView && !slices.Equal(q.view, q.stable.Members) {
 		switch {
-		case containsAll(q.view, q.stable.Members) && q.newcomersFresh():
+		case containsAll(q.reached, q.stable.Members) && q.newcomersFresh():
 			q.stable, changed = NewStable(q.stable.Version+1, q.view), true
-		case now-q.viewSince >= q.stableAfter && q.count(q.view):
+		case now-q.viewSince >= q.stableAfter && q.count(q.reached):
 			q.stable, changed = NewStable(q.stable.Version+1, q.view), true
 		}
 	}
 	switch {
 	case q.min > 0:
-		q.ok = len(q.view) >= q.min
+		q.ok = len(q.reached) >= q.min
 	default:
-		q.ok = q.stable.Known() && !q.outdated && q.count(q.view)
+		q.ok = q.stable.Known() && !q.outdated && q.count(q.reached)
 	}
 	return changed
 }
