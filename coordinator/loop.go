@@ -62,6 +62,7 @@ const (
 	inResign                         // Resign
 	inEnded                          // a lease's context ended outside the loop (Lease.End)
 	inJoined                         // a rejoin finished
+	inReached                        // a reach check finished
 )
 
 // input is a result of work done off the loop, or a report from a caller.
@@ -71,7 +72,8 @@ type input struct {
 	token     ownership.Token
 	current   ownership.Token // inRejected: the resource's mark
 	err       error
-	done      chan error // inResign: the answer
+	done      chan error  // inResign: the answer
+	reach     reachResult // inReached: who answered
 }
 
 // loop owns the state machine and the lease registry.
@@ -87,6 +89,10 @@ type loop struct {
 	idle    bool                   // idleCh closed
 	warned  bool                   // the no-quorum warning was logged
 	lostAt  time.Time              // when the quorum was last lost
+
+	missed   map[string]int // reach checks each member missed in a row
+	reaching bool           // a reach check is in flight
+	reachAt  time.Time      // when the last reach check started
 }
 
 // knownMember is a member once seen, for rejoin after a partition heals.
@@ -102,6 +108,7 @@ func newLoop(c *Coordinator, m *ownership.Machine) *loop {
 		reg:     c.leases,
 		known:   make(map[string]knownMember),
 		leavers: make(map[string]bool),
+		missed:  make(map[string]int),
 		lostAt:  c.cfg.Clock.Now(), // a node starts without a quorum
 	}
 }
@@ -133,6 +140,7 @@ func (l *loop) run() {
 		case <-tick:
 			l.m.Tick()
 			l.warnQuorum()
+			l.maybeReach()
 		case <-rejoin:
 			l.rejoin()
 		case <-c.leaveCh:
@@ -207,13 +215,19 @@ func (l *loop) refreshMembers() {
 		}
 		members[e.member.Name] = e.member
 		l.known[e.member.Name] = knownMember{addr: e.member.GossipAddr, lastSeen: now}
-		vms = append(vms, ownership.ViewMember{Name: e.member.Name, Incarnation: e.meta.Incarnation, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
+		vms = append(vms, ownership.ViewMember{Name: e.member.Name, Incarnation: e.meta.Incarnation, Stable: e.meta.Stable, Leaving: e.meta.Leaving,
+			Unreachable: l.missed[e.member.Name] >= reachMisses})
 		if !e.meta.Leaving {
 			placed = append(placed, e.member.Name)
 		}
 	}
 	for _, name := range left {
 		delete(l.known, name)
+	}
+	for name := range l.missed {
+		if _, ok := members[name]; !ok {
+			delete(l.missed, name) // gone from the view: nothing to reach
+		}
 	}
 	for name := range l.leavers {
 		if _, ok := members[name]; !ok {
@@ -364,6 +378,11 @@ func (l *loop) apply(in input) {
 		}
 	case inJoined:
 		l.joining = false
+	case inReached:
+		if l.reached(in.reach) {
+			c.metrics.unreachable.Set(float64(len(l.unreachable())))
+			l.refreshMembers()
+		}
 	}
 }
 
@@ -481,7 +500,7 @@ func (l *loop) quorum(ok bool) {
 		return
 	}
 	l.lostAt = c.cfg.Clock.Now()
-	c.log.Debug("no quorum", "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames())
+	c.log.Debug("no quorum", "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreachable())
 }
 
 // warnQuorum logs, once per loss, a quorum missing for StepDown (the
@@ -494,7 +513,7 @@ func (l *loop) warnQuorum() {
 	l.warned = true
 	st := l.m.Stable()
 	c.log.Warn("no quorum for StepDown: leases ended; claiming nothing until a quorum of the stable membership is seen",
-		"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "step_down", c.cfg.StepDown)
+		"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreachable(), "step_down", c.cfg.StepDown)
 }
 
 func (l *loop) viewNames() []string {

@@ -12,6 +12,8 @@ type metrics struct {
 	releases        prometheus.Counter
 	staleRejections prometheus.Counter
 	gossipDropped   prometheus.Counter
+	reachChecks     prometheus.Counter
+	unreachable     prometheus.Gauge
 	failover        prometheus.Histogram
 	handoff         prometheus.Histogram
 }
@@ -29,6 +31,10 @@ func newMetrics() *metrics {
 			Namespace: "tenure", Name: "stale_rejections_total", Help: "Writes under this node's leases that a fence rejected as stale (reported with ReportStale)."}),
 		gossipDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "tenure", Name: "gossip_dropped_total", Help: "Gossip messages and claims refused: malformed, from another cluster, unauthenticated, or with an implausible epoch."}),
+		reachChecks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tenure", Name: "reach_checks_total", Help: "Checks that pinged every member because memberlist reported trouble (a health score above zero) or a member had missed one."}),
+		unreachable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "tenure", Name: "unreachable_members", Help: "Members in the view that missed the last reach checks: they don't count for quorum."}),
 		failover: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "tenure", Name: "failover_seconds", Buckets: buckets,
 			Help: "From the table dropping a failed owner to this node owning its partition."}),
@@ -39,9 +45,10 @@ func newMetrics() *metrics {
 }
 
 // Collector returns a prometheus.Collector of this coordinator's metrics:
-// members, owned partitions, claims, releases, stale rejections, and
-// failover and handoff latency histograms. Register it with the caller's
-// registry; the coordinator registers nothing globally.
+// members, owned partitions, claims, releases, stale rejections, dropped
+// gossip, reach checks, unreachable members, and failover and handoff
+// latency histograms. Register it with the caller's registry; the
+// coordinator registers nothing globally.
 func (c *Coordinator) Collector() prometheus.Collector { return collector{c} }
 
 type collector struct{ c *Coordinator }
@@ -50,7 +57,7 @@ var ownedDesc = prometheus.NewDesc("tenure_owned_partitions", "Partitions this n
 
 func (k collector) instruments() []prometheus.Collector {
 	m := k.c.metrics
-	return []prometheus.Collector{m.members, m.claims, m.releases, m.staleRejections, m.gossipDropped, m.failover, m.handoff}
+	return []prometheus.Collector{m.members, m.claims, m.releases, m.staleRejections, m.gossipDropped, m.reachChecks, m.unreachable, m.failover, m.handoff}
 }
 
 func (k collector) Describe(ch chan<- *prometheus.Desc) {
