@@ -25,8 +25,9 @@ import (
 // leases, whatever the cluster's size.
 
 // reachMisses is how many checks in a row a member must miss to be
-// counted unreachable: one lost packet is not a partition.
-const reachMisses = 2
+// counted unreachable: a lost packet or a slow scheduler is not a
+// partition.
+const reachMisses = 3
 
 // reachParallel bounds the pings in flight of one check.
 const reachParallel = 32

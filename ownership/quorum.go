@@ -100,7 +100,12 @@ func (q *quorum) setView(now uint64, members []ViewMember, left []string) bool {
 	names = slices.Compact(names)
 	slices.Sort(reached)
 	reached = slices.Compact(reached)
-	wasOK, prev := q.ok, q.view
+	// The leave rule below asks whether the view held a quorum, not the
+	// members this node reached: a member that missed a few pings under
+	// load must not turn a leave into a shrink that keeps a crashed member
+	// counted forever.
+	wasOK := q.stable.Known() && !q.outdated && q.count(q.view)
+	prev := q.view
 	if !q.hasView || !slices.Equal(names, q.view) || !slices.Equal(reached, q.reached) {
 		q.viewSince = now
 	}
