@@ -220,6 +220,15 @@ func (c *checker) step() {
 		ids := make(map[ownership.StableID]bool)
 		for _, i := range comp {
 			n := s.nodes[i]
+			// Behind is measured whether the node serves or not: a node
+			// that fell behind, stopped serving and caught up later must
+			// not carry the old start into its next lease.
+			switch {
+			case n.stable.ID().Compare(newest) >= 0:
+				c.behindSince[i] = 0
+			case c.behindSince[i] == 0:
+				c.behindSince[i] = now
+			}
 			if !n.servesAny() {
 				continue
 			}
@@ -227,12 +236,7 @@ func (c *checker) step() {
 			if n.m.Quorum() {
 				ids[n.stable.ID()] = true
 			}
-			switch {
-			case n.stable.ID().Compare(newest) >= 0:
-				c.behindSince[i] = 0
-			case c.behindSince[i] == 0:
-				c.behindSince[i] = now
-			case now-c.behindSince[i] > w && !c.outdated[i]:
+			if c.behindSince[i] != 0 && now-c.behindSince[i] > w && !c.outdated[i] {
 				c.outdated[i] = true
 				c.fail("outdated: %s serves counting against %v, %d ticks after %s's members came to hold %v", n.name, n.stable, now-c.behindSince[i], k, newest)
 			}

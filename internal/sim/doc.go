@@ -6,7 +6,9 @@
 //
 // The model: per-node membership views that follow a connectivity matrix
 // with detection delays (one-way cuts, partitions, drops, delays, crashes,
-// restarts with new incarnations, pauses, clock skew, graceful leaves),
+// restarts with new incarnations, pauses, clock skew, graceful leaves,
+// the coordinator's reach check: a member i can't ping directly is
+// unreachable in i's view after ReachMin to ReachMax ticks),
 // gossip broadcasts and push/pull state exchanges carried as the real
 // encoded messages, an authority (each node's gossip authority, or a strict
 // compare-and-swap authority like the SQL one), a fenced resource in Exact

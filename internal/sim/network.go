@@ -22,6 +22,12 @@ type network struct {
 	// blind[i][j]: i's failure detector wrongly holds j dead (asymmetric
 	// loss that defeats even indirect probes), so views disagree.
 	blind [][]bool
+	// unreach[i][j]: i's own pings of j fail (the coordinator's reach
+	// check): j is in i's view but doesn't count for its quorum. A change
+	// to unreachable takes ReachMin to ReachMax ticks (missed checks); one
+	// answer clears it the next tick.
+	unreach [][]bool
+	uflip   [][]uint64
 }
 
 func newNetwork(s *Sim, n int) *network {
@@ -31,6 +37,8 @@ func newNetwork(s *Sim, n int) *network {
 		nw.sees = append(nw.sees, make([]bool, n))
 		nw.flip = append(nw.flip, make([]uint64, n))
 		nw.blind = append(nw.blind, make([]bool, n))
+		nw.unreach = append(nw.unreach, make([]bool, n))
+		nw.uflip = append(nw.uflip, make([]uint64, n))
 		for j := range n {
 			nw.link[i][j] = true
 		}
@@ -94,6 +102,9 @@ func (nw *network) step() {
 			}
 		}
 	}
+	if s.cfg.ReachMax > 0 {
+		nw.stepReach()
+	}
 	// Anti-entropy: every PushPull ticks each node exchanges full state
 	// with one member it sees, as memberlist's push/pull does.
 	if p := uint64(s.cfg.PushPull); p > 0 {
@@ -115,6 +126,41 @@ func (nw *network) step() {
 		if nw.dirty[i] && n.running() {
 			nw.dirty[i] = false
 			n.setView()
+		}
+	}
+}
+
+// stepReach moves the reach checks one tick towards the truth: a direct
+// ping of j from i needs both directions up and j answering. It models
+// the check as always running (the real one runs only while memberlist
+// reports trouble, which a cut always causes).
+func (nw *network) stepReach() {
+	s := nw.s
+	for i, n := range s.nodes {
+		if !n.running() {
+			continue
+		}
+		for j := range s.nodes {
+			truth := i != j && (!nw.bidi(i, j) || !nw.answers(j) || nw.blind[i][j])
+			if truth == nw.unreach[i][j] {
+				nw.uflip[i][j] = 0
+				continue
+			}
+			if nw.uflip[i][j] == 0 {
+				d := 1
+				if truth {
+					d = s.between(s.cfg.ReachMin, s.cfg.ReachMax)
+				}
+				nw.uflip[i][j] = s.now + uint64(d)
+				continue
+			}
+			if s.now >= nw.uflip[i][j] {
+				nw.uflip[i][j] = 0
+				nw.unreach[i][j] = truth
+				if nw.sees[i][j] {
+					nw.dirty[i] = true
+				}
+			}
 		}
 	}
 }

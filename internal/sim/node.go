@@ -80,6 +80,8 @@ func (n *node) start(bootstrap bool) {
 		for j := range s.nodes {
 			s.net.sees[n.idx][j] = j == n.idx
 			s.net.flip[n.idx][j] = 0
+			s.net.unreach[n.idx][j] = false
+			s.net.uflip[n.idx][j] = 0
 		}
 		s.net.left[n.idx] = nil
 		s.net.metaChanged(n)
@@ -183,7 +185,8 @@ func (n *node) setView() {
 	var placed []string
 	for _, j := range members {
 		m := s.nodes[j]
-		v.Members = append(v.Members, ownership.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stable.ID(), Leaving: m.leaving})
+		v.Members = append(v.Members, ownership.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stable.ID(), Leaving: m.leaving,
+			Unreachable: s.net.unreach[n.idx][j]})
 		if !m.leaving {
 			placed = append(placed, m.name)
 		}
