@@ -44,7 +44,8 @@ type checker struct {
 	twoQuorums  bool
 	outdated    []bool
 	behindSince []uint64
-	noQuorum    []int // ticks each node has served without a quorum
+	compOf      []string // the component each node was last seen in
+	noQuorum    []int    // ticks each node has served without a quorum
 	// epochs counts tokens minted per partition, for the duel bounds.
 	epochs []int
 	// holders are the minters of each partition's tokens this episode, and
@@ -65,6 +66,7 @@ func newChecker(s *Sim) *checker {
 		compSince:   make(map[string]uint64),
 		outdated:    make([]bool, s.cfg.Nodes),
 		behindSince: make([]uint64, s.cfg.Nodes),
+		compOf:      make([]string, s.cfg.Nodes),
 		noQuorum:    make([]int, s.cfg.Nodes),
 		epochs:      make([]int, s.cfg.Partitions),
 		holders:     make([][]serveRec, s.cfg.Partitions),
@@ -202,6 +204,24 @@ func (c *checker) step() {
 	for _, comp := range s.net.components() {
 		k := s.names(comp)
 		seen[k] = true
+		var newest ownership.StableID
+		for _, i := range comp {
+			if id := s.nodes[i].stable.ID(); id.Compare(newest) > 0 {
+				newest = id
+			}
+		}
+		// Behind is measured against the node's component, from the tick
+		// it joined it, whether the node serves or not: a node that fell
+		// behind in one component, or stopped serving and caught up, must
+		// not carry the old start into its next lease.
+		for _, i := range comp {
+			switch {
+			case c.compOf[i] != k || s.nodes[i].stable.ID().Compare(newest) >= 0:
+				c.compOf[i], c.behindSince[i] = k, 0
+			case c.behindSince[i] == 0:
+				c.behindSince[i] = now
+			}
+		}
 		since, ok := c.compSince[k]
 		if !ok {
 			c.compSince[k] = now
@@ -210,25 +230,10 @@ func (c *checker) step() {
 		if now-since <= w {
 			continue
 		}
-		var newest ownership.StableID
-		for _, i := range comp {
-			if id := s.nodes[i].stable.ID(); id.Compare(newest) > 0 {
-				newest = id
-			}
-		}
 		busy := false
 		ids := make(map[ownership.StableID]bool)
 		for _, i := range comp {
 			n := s.nodes[i]
-			// Behind is measured whether the node serves or not: a node
-			// that fell behind, stopped serving and caught up later must
-			// not carry the old start into its next lease.
-			switch {
-			case n.stable.ID().Compare(newest) >= 0:
-				c.behindSince[i] = 0
-			case c.behindSince[i] == 0:
-				c.behindSince[i] = now
-			}
 			if !n.servesAny() {
 				continue
 			}
