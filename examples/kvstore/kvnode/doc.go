@@ -14,6 +14,14 @@
 //     forwards a client's call through its transport.Router to the key's
 //     owner, which serves it under a transport.OwnerGuard (see server.go
 //     for why a call can't loop).
+//   - It serves, on the same gRPC port, the Ownership service
+//     (transport/ownershippb: Lookup, Watch, Status), so a client in any
+//     language can find a key's owner and follow ownership as it moves,
+//     and gRPC server reflection (v1 and v1alpha), so tools such as
+//     grpcurl list and call the services without the .proto files. A
+//     client that sends a call straight to the owner sets the key in
+//     metadata "tenure-key-bin": the owner's guard serves it, or answers
+//     NOT_OWNER (see transport.ReasonNotOwner) without forwarding it.
 //   - The owner writes with sqlfence.Fence.Do and the lease's token: the
 //     upsert into kv and a record in kv_log commit together, and only while
 //     the token is the partition's mark. A paused or cut-off former owner's

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/gate"
@@ -155,6 +156,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	kvpb.RegisterKVServer(n.grpc, kvServer{n: n})
 	n.health = routing.NewHealth(n.c, kvpb.KV_ServiceDesc.ServiceName)
 	n.health.Register(n.grpc)
+	// Programs in other languages ask any node who owns a key (Ownership)
+	// and discover the services and their messages (server reflection).
+	own, err := routing.NewOwnershipService(routing.OwnershipServiceConfig{Source: n.c})
+	if err != nil {
+		return nil, err
+	}
+	own.Register(n.grpc)
+	reflection.Register(n.grpc)
 	n.serve(func() error { return n.grpc.Serve(n.grpcLis) })
 
 	if n.statusLis != nil {
