@@ -6,6 +6,22 @@
 // Diff lists the partitions whose owner changed between two Tables. The
 // package is pure: no goroutines, clocks or I/O.
 //
+// # The partition function
+//
+// A key's partition is part of the wire protocol: clients in other
+// languages compute it to send a call straight to its owner. It is
+//
+//	partition = XXH64(key, seed 0) mod Partitions
+//
+// where XXH64 is the 64-bit xxHash of the key's bytes exactly as given (no
+// length prefix or terminator; a string key is its bytes), with seed 0 (as
+// github.com/cespare/xxhash/v2's Sum64), and mod is the unsigned 64-bit
+// remainder by Config.Partitions, so partitions are 0 to Partitions-1. For
+// example "user:42" hashes to 0xdc1fea7da8d2d1c2, partition 195 of 271.
+// testdata/partition_vectors.txt lists test vectors (the empty key, binary
+// keys, every XXH64 length class, a 4096-byte key, several partition
+// counts); TestPartitionVectors checks this package against them.
+//
 // # Caller's duties, in order
 //
 //  1. Run one placement on every node. Publish AlgorithmVersion and the
