@@ -19,8 +19,10 @@ import (
 // Handler is the application's side of ownership. The coordinator calls it
 // from its own goroutines, concurrently for different partitions but never
 // concurrently for the same partition (unless a call overran its deadline,
-// AcquireTimeout or ReleaseTimeout, and was abandoned). Both calls may block
-// until ctx ends.
+// AcquireTimeout or ReleaseTimeout, and was abandoned: the late call, and
+// the Release that follows an abandoned Acquire that returned nil, may run
+// beside the next lease's calls; compare lease tokens before touching
+// shared state). Both calls may block until ctx ends.
 //
 // For every lease whose Acquire returned nil, Release is called exactly
 // once: before the lease ends for a planned move (the ring moved the

@@ -20,7 +20,9 @@
 // it), S3 (no token is minted twice), S4 with the strict authority (epochs
 // dense and in order, one holder each); no lease granted to a node that has
 // sat in a minority of the live nodes for longer than detection and step
-// down; no claim storms. After every heal, within a bound: one owner per
+// down; no claim storms; the handler contract (one Release for every
+// Acquire that succeeded, and a partition's calls never overlap unless one
+// overran its deadline). After every heal, within a bound: one owner per
 // partition, its ring owner, holding the resource's mark, agreed on by
 // every node; a bounded number of new epochs per partition (no duels).
 //

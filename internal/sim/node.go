@@ -35,6 +35,22 @@ type node struct {
 	// acquired: tokens whose Acquire succeeded and whose Release has not
 	// been called yet (the handler contract).
 	acquired map[ownership.Token]bool
+	// calls is the handler call last started per partition, for the
+	// contract that calls for one partition never overlap unless one
+	// overran its deadline.
+	calls []*handlerCall
+	// overran: tokens whose Acquire returned after its deadline; the
+	// Release that cleans one up is the tail of an abandoned call.
+	overran map[ownership.Token]bool
+	ticks   uint64 // the machine's ticks this life
+}
+
+// handlerCall is an Acquire or a Release in progress.
+type handlerCall struct {
+	what     string
+	start    uint64 // machine tick it started
+	deadline uint64 // AcquireTicks or ReleaseTicks
+	running  bool
 }
 
 func key(t ownership.Token) ownership.Token {
@@ -59,6 +75,9 @@ func (n *node) start(bootstrap bool) {
 	s.chk.outdated[n.idx] = false
 	n.servedTok = make([]ownership.Token, s.cfg.Partitions)
 	n.acquired = make(map[ownership.Token]bool)
+	n.calls = make([]*handlerCall, s.cfg.Partitions)
+	n.overran = make(map[ownership.Token]bool)
+	n.ticks = 0
 	c := s.cfg
 	knobs := c.Knobs
 	m, err := ownership.NewMachine(ownership.MachineConfig{
@@ -151,6 +170,7 @@ func (n *node) tick() {
 	}
 	for range ticks {
 		s.Events++
+		n.ticks++
 		n.m.Tick()
 		n.perform()
 	}
@@ -229,7 +249,12 @@ func (n *node) perform() {
 			if s.chance(0.02) {
 				err = errors.New("handler failed")
 			}
+			call := n.call(a.Partition, "Acquire", s.cfg.Acquire)
 			s.after(d, func() {
+				call.running = false
+				if n.ticks-call.start >= call.deadline {
+					n.overran[key(t)] = true
+				}
 				n.input(life, func() {
 					if err == nil {
 						n.acquired[key(t)] = true
@@ -251,7 +276,13 @@ func (n *node) perform() {
 			if s.chance(0.01) {
 				d = s.cfg.Release + s.between(1, 5) // a Release that overruns
 			}
-			s.after(d, func() { n.input(life, func() { n.m.Released(t) }) })
+			call := &handlerCall{}
+			if n.overran[key(t)] {
+				delete(n.overran, key(t)) // the abandoned call's tail: may overlap
+			} else {
+				call = n.call(a.Partition, "Release", s.cfg.Release)
+			}
+			s.after(d, func() { call.running = false; n.input(life, func() { n.m.Released(t) }) })
 		case ownership.ActEnd:
 			s.tracef("%s ends %v (%v)", n.name, a.Token, a.Cause)
 			n.unserve(a.Token)
@@ -277,6 +308,17 @@ func (n *node) perform() {
 			s.tracef("%s quorum %v (stable %v)", n.name, a.OK, n.m.Stable())
 		}
 	}
+}
+
+// call starts a handler call for partition p, checking that the last one
+// returned or overran its deadline.
+func (n *node) call(p uint32, what string, deadline int) *handlerCall {
+	if prev := n.calls[p]; prev != nil && prev.running && n.ticks-prev.start < prev.deadline {
+		n.s.chk.fail("handler: %s of p%d on %s while its %s of %d ticks ago runs", what, p, n.name, prev.what, n.ticks-prev.start)
+	}
+	c := &handlerCall{what: what, start: n.ticks, deadline: uint64(deadline), running: true}
+	n.calls[p] = c
+	return c
 }
 
 func (n *node) unserve(t ownership.Token) {
