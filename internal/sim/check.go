@@ -128,7 +128,10 @@ func (c *checker) minted(n *node, t ownership.Token) {
 // strictClaim checks S4: the strict authority's epochs increase in the
 // order claims succeed, one holder each (S3 sees to that). They are dense
 // only while nobody has seen more than the authority holds: after a reset,
-// or a forged claim in a cluster without keys, the next claim jumps.
+// or a forged claim in a cluster without keys, the next claim jumps. It
+// checks the model's authority (the claim_ignores_mark control shows it
+// can fire); the real SQL and etcd authorities are held to S4 by their
+// own packages' tests and the chaos suite.
 func (c *checker) strictClaim(t, _ ownership.Token) {
 	p := t.Partition
 	if t.Epoch <= c.lastEpoch[p] {

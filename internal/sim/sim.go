@@ -52,6 +52,10 @@ type Bugs struct {
 	ReuseIncarnation bool
 	// NoFenceAtResource makes the resource apply every write (S1's control).
 	NoFenceAtResource bool
+	// ClaimIgnoresMark makes the strict authority grant the epoch after
+	// the claimant's seen token without comparing it with the mark (S4's
+	// control: the check holds by construction otherwise).
+	ClaimIgnoresMark bool
 }
 
 // DefaultConfig returns timings in the proportions of the local preset.

@@ -150,6 +150,7 @@ var controls = []control{
 	{"accept_unauthenticated_gossip", func(c *Config) { c.Bugs.TrustGossip = true; c.Strict = false }, "stall"},
 	{"reuse_incarnation", func(c *Config) { c.Bugs.ReuseIncarnation = true }, "S3"},
 	{"resource_skips_fence", func(c *Config) { c.Bugs.NoFenceAtResource = true }, "S1"},
+	{"claim_ignores_mark", func(c *Config) { c.Bugs.ClaimIgnoresMark = true; c.Strict = true }, "S4"},
 	{"no_step_down", func(c *Config) { c.Knobs.NoStepDown = true }, "L4"},
 	{"half_is_quorum", func(c *Config) { c.Knobs.HalfIsQuorum = true }, "two quorums"},
 	{"forget_fenced_view", func(c *Config) { c.Knobs.ForgetFencedView = true }, "duel"},
