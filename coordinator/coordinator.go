@@ -83,8 +83,9 @@ const claimRetransmitFactor = 3
 // view is what the hot paths read: the table (over the members that are
 // not leaving) and where every member listens.
 type view struct {
-	table   *ring.Table
-	members map[string]ownership.Member
+	table       *ring.Table
+	members     map[string]ownership.Member
+	unreachable []string // members the reach check can't ping, sorted
 }
 
 // New validates cfg and returns a coordinator that has not joined anything:

@@ -238,7 +238,7 @@ func (l *loop) refreshMembers() {
 	}
 	slices.Sort(placed)
 	old := c.Table()
-	v := &view{table: old, members: members}
+	v := &view{table: old, members: members, unreachable: l.unreachable()}
 	if old == nil || !slices.Equal(placed, l.names) {
 		if len(placed) > 0 {
 			t, err := ring.New(placed, c.cfg.Ring)

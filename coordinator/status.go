@@ -23,6 +23,8 @@ import (
 //	converged         bool     every partition is held by its ring owner, as this node sees it (see WaitConverged)
 //	quorum            bool     this node sees a quorum of the stable membership (L4)
 //	stable            []string the stable membership quorum is counted against; empty: not reported
+//	unreachable       []string members this node's own pings don't reach (three checks in a
+//	                           row): they are in its view but don't count for its quorum
 //	leaving           bool     this node has started a graceful Leave
 //	stale_rejections  number   writes under this node's leases a fence rejected (ReportStale)
 //	partition_count   number   partitions of the key space (the ring's size)
@@ -73,6 +75,7 @@ type Status struct {
 	Converged       bool              `json:"converged"`
 	Quorum          bool              `json:"quorum"`
 	Stable          []string          `json:"stable"`
+	Unreachable     []string          `json:"unreachable"`
 	Leaving         bool              `json:"leaving"`
 	StaleRejections uint64            `json:"stale_rejections"`
 	PartitionCount  int               `json:"partition_count"`
@@ -130,8 +133,12 @@ func (c *Coordinator) Status() Status {
 		Partitions:      []PartitionStatus{},
 		Quorum:          c.quorumOK.Load(),
 		Stable:          append([]string{}, c.stable.Load().Members...),
+		Unreachable:     []string{},
 	}
 	v := c.view.Load()
+	if v != nil {
+		s.Unreachable = append(s.Unreachable, v.unreachable...)
+	}
 	if v == nil {
 		s.Timeline = c.timeline.snapshot(c.reg)
 		return s

@@ -74,7 +74,16 @@ func isolateAnOwner(t *testing.T, tweak func(*Config)) (lastEnd, firstFence time
 		t.Fatalf("%s holds no partition", victim)
 	}
 	fn.Isolate(victim)
-	waitFor(ctx, t, "the isolated owner to end its leases", func() bool { return tc.node(victim).c.ownedCount() == 0 })
+	// The reach check shows in Status: the isolated node names members it
+	// can't ping before its leases end.
+	named := false
+	waitFor(ctx, t, "the isolated owner to end its leases", func() bool {
+		named = named || len(tc.node(victim).c.Status().Unreachable) > 0
+		return tc.node(victim).c.ownedCount() == 0
+	})
+	if !named {
+		t.Errorf("%s's Status never named an unreachable member before its leases ended", victim)
+	}
 	tc.waitConvergedAmong(ctx, majority)
 	lastEnd, firstFence, err := rec.order()
 	if err != nil {
