@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,99 +119,26 @@ func TestNodeClientFollowsCrashAndLeave(t *testing.T) {
 	// Watch the node that crashes first, then the one that leaves.
 	seeds := []string{nodes[2].GRPCAddr(), nodes[1].GRPCAddr(), nodes[0].GRPCAddr()}
 	const prefix = "nodeclient"
-	cmd := exec.CommandContext(ctx, node, "client.js", "-seeds", strings.Join(seeds, ","), "-prefix", prefix, "-max-ms", "60000")
-	cmd.Dir = nodeClientDir
-	cmd.WaitDelay = 5 * time.Second
-	var stderr ncBuffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		acked    atomic.Int64
-		watching atomic.Int64
-		mu       sync.Mutex
-		tail     []string // the last lines, for failure messages
-		report   nodeReport
-		reported = make(chan struct{})
-		scanned  = make(chan struct{})
-	)
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line := sc.Text()
-			var ev struct {
-				Event string `json:"event"`
-				Acked int64  `json:"acked"`
-			}
-			_ = json.Unmarshal([]byte(line), &ev)
-			mu.Lock()
-			if tail = append(tail, line); len(tail) > 10 {
-				tail = tail[1:]
-			}
-			mu.Unlock()
-			switch ev.Event {
-			case "progress":
-				acked.Store(ev.Acked)
-			case "watching":
-				watching.Add(1)
-			case "report":
-				if err := json.Unmarshal([]byte(line), &report); err == nil {
-					close(reported)
-				}
-			}
-		}
-	}()
-	failf := func(format string, args ...any) {
-		t.Helper()
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("%s\nclient's last lines:\n%s\nstderr:\n%s", fmt.Sprintf(format, args...), strings.Join(tail, "\n"), stderr.String())
-	}
-	// writing waits until the client has acknowledged n more writes.
-	writing := func(what string, n int64) {
-		t.Helper()
-		want := acked.Load() + n
-		if !ncPoll(ctx, 30*time.Second, func() bool { return acked.Load() >= want }) {
-			failf("%s: the client acknowledged %d writes, want %d", what, acked.Load(), want)
-		}
-	}
+	c := startNodeClient(ctx, t, node, seeds, prefix)
 
-	writing("before the faults", 100)
+	c.writing("before the faults", 100)
 	nodes[2].Close() // a crash: no handoff
 	ncWaitOwned(ctx, t, nodes[:2])
-	writing("after the crash", 100)
+	c.writing("after the crash", 100)
 	lctx, lcancel := context.WithTimeout(ctx, 20*time.Second)
-	err = nodes[1].Leave(lctx)
+	err := nodes[1].Leave(lctx)
 	lcancel()
 	if err != nil {
 		t.Fatalf("n1 leave: %v", err)
 	}
 	ncWaitOwned(ctx, t, nodes[:1])
-	writing("after the leave", 100)
+	c.writing("after the leave", 100)
 
-	if _, err := fmt.Fprintln(stdin, "stop"); err != nil {
-		failf("stop the client: %v", err)
+	report, err := c.stop()
+	if err != nil {
+		c.failf("the client exited with %v; report %+v", err, report)
 	}
-	stdin.Close()
-	select {
-	case <-reported:
-	case <-ctx.Done():
-		failf("no report from the client")
-	}
-	<-scanned
-	if err := cmd.Wait(); err != nil {
-		failf("the client exited with %v; report %+v", err, report)
-	}
+	watching := c.watching.Load()
 	t.Logf("client: %d writes acknowledged and read back, %d retries (%d not owner, %d unavailable, %d unknown outcome), %d moves seen, %d watch reconnects, acks by owner %v",
 		report.Acked, report.Retries, report.NotOwner, report.Unavailable, report.UnknownOutcome, report.Moves, report.WatchReconnects, report.AcksByOwner)
 	switch {
@@ -219,9 +148,9 @@ func TestNodeClientFollowsCrashAndLeave(t *testing.T) {
 		t.Errorf("report %+v: the owner applied a write under another partition or name than the client computed", report)
 	case report.Acked < 300:
 		t.Errorf("report %+v: %d writes acknowledged, want at least 300", report, report.Acked)
-	case report.Moves == 0 || report.WatchReconnects < 2 || watching.Load() < 3:
+	case report.Moves == 0 || report.WatchReconnects < 2 || watching < 3:
 		t.Errorf("report %+v: the client saw %d moves, reconnected its watch %d times and completed %d snapshots; want moves, 2 reconnects and 3 snapshots",
-			report, report.Moves, report.WatchReconnects, watching.Load())
+			report, report.Moves, report.WatchReconnects, watching)
 	}
 	for _, n := range []string{"n0", "n1", "n2"} {
 		if report.AcksByOwner[n] == 0 {
@@ -245,6 +174,146 @@ func TestNodeClientFollowsCrashAndLeave(t *testing.T) {
 	}
 	if _, dups, err := kvnode.CountDuplicates(ctx, db, prefix); err != nil || dups != 0 {
 		t.Errorf("kv_log: %d writes applied twice (%v)", dups, err)
+	}
+}
+
+// nodeClient is a run of nodeclient/client.js.
+type nodeClient struct {
+	t        *testing.T
+	ctx      context.Context
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	stderr   ncBuffer
+	acked    atomic.Int64 // from its progress lines
+	watching atomic.Int64 // snapshots completed
+	mu       sync.Mutex
+	tail     []string // the last lines, for failure messages
+	report   nodeReport
+	reported chan struct{}
+	scanned  chan struct{}
+}
+
+// startNodeClient starts the client writing keys under prefix, watching
+// seeds in turn; ctx bounds its whole run.
+func startNodeClient(ctx context.Context, t *testing.T, node string, seeds []string, prefix string) *nodeClient {
+	t.Helper()
+	c := &nodeClient{t: t, ctx: ctx, reported: make(chan struct{}), scanned: make(chan struct{})}
+	c.cmd = exec.CommandContext(ctx, node, "client.js", "-seeds", strings.Join(seeds, ","), "-prefix", prefix, "-max-ms", "60000")
+	c.cmd.Dir = nodeClientDir
+	c.cmd.WaitDelay = 5 * time.Second
+	c.cmd.Stderr = &c.stderr
+	var err error
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Kill() // after stop, a no-op
+		<-c.scanned
+		_ = c.cmd.Wait()
+	})
+	go func() {
+		defer close(c.scanned)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			var ev struct {
+				Event string `json:"event"`
+				Acked int64  `json:"acked"`
+			}
+			_ = json.Unmarshal([]byte(line), &ev)
+			c.mu.Lock()
+			if c.tail = append(c.tail, line); len(c.tail) > 10 {
+				c.tail = c.tail[1:]
+			}
+			c.mu.Unlock()
+			switch ev.Event {
+			case "progress":
+				c.acked.Store(ev.Acked)
+			case "watching":
+				c.watching.Add(1)
+			case "report":
+				if err := json.Unmarshal([]byte(line), &c.report); err == nil {
+					close(c.reported)
+				}
+			}
+		}
+	}()
+	return c
+}
+
+func (c *nodeClient) failf(format string, args ...any) {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t.Fatalf("%s\nclient's last lines:\n%s\nstderr:\n%s", fmt.Sprintf(format, args...), strings.Join(c.tail, "\n"), c.stderr.String())
+}
+
+// writing waits until the client has acknowledged n more writes.
+func (c *nodeClient) writing(what string, n int64) {
+	c.t.Helper()
+	want := c.acked.Load() + n
+	if !ncPoll(c.ctx, 30*time.Second, func() bool { return c.acked.Load() >= want }) {
+		c.failf("%s: the client acknowledged %d writes, want %d", what, c.acked.Load(), want)
+	}
+}
+
+// stop tells the client to stop writing, and returns its report and its
+// exit status once it has read every acknowledged key back and exited.
+func (c *nodeClient) stop() (nodeReport, error) {
+	c.t.Helper()
+	if _, err := fmt.Fprintln(c.stdin, "stop"); err != nil {
+		c.failf("stop the client: %v", err)
+	}
+	c.stdin.Close()
+	select {
+	case <-c.reported:
+	case <-c.ctx.Done():
+		c.failf("no report from the client")
+	}
+	<-c.scanned
+	return c.report, c.cmd.Wait()
+}
+
+// The client's check is not vacuous: when acknowledged keys vanish from
+// the database before it reads them back (deleted behind its back), it
+// reports them lost and exits 1.
+func TestNodeClientDetectsLoss(t *testing.T) {
+	node := nodeCommand(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "kv.db")
+	cc := coordinator.LocalConfig()
+	cc.Ring = ring.Config{Partitions: 16, VirtualNodes: ring.DefaultConfig().VirtualNodes, Load: ring.DefaultConfig().Load}
+	n, err := kvnode.Start(ctx, kvnode.Config{Name: "n0", GossipAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataPath: path, Coordinator: cc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ncWaitOwned(ctx, t, []*kvnode.Node{n})
+
+	c := startNodeClient(ctx, t, node, []string{n.GRPCAddr()}, "ncloss")
+	c.writing("before the deletion", 50)
+	db, err := kvnode.OpenDB(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	res, err := db.ExecContext(ctx, `DELETE FROM kv WHERE key LIKE 'ncloss-%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted, _ := res.RowsAffected()
+	report, err := c.stop()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || report.OK || report.Lost < int(deleted) || deleted == 0 {
+		t.Fatalf("%d acknowledged keys deleted: the client exited with %v, report %+v; want exit status 1 and them lost", deleted, err, report)
 	}
 }
 
