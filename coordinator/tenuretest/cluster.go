@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator"
@@ -411,4 +412,15 @@ func Poll(ctx context.Context, cond func() bool) error {
 		}
 	}
 	return nil
+}
+
+// WaitFor is Poll for a test: it waits until cond holds and fails t with
+// what ("waiting for <what>: context deadline exceeded") if ctx ends
+// first. Bound ctx with a deadline; like t.Fatalf, call it only from the
+// test's goroutine.
+func WaitFor(ctx context.Context, t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	if err := Poll(ctx, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
 }

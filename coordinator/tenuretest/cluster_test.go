@@ -3,6 +3,7 @@ package tenuretest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -148,5 +149,34 @@ func TestPauseKeepsLeasesThenFenced(t *testing.T) {
 	}
 	if err := cl.WaitConverged(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fatalRecorder is a testing.TB whose Fatalf records instead of failing.
+type fatalRecorder struct {
+	testing.TB
+	fatal string
+}
+
+func (r *fatalRecorder) Helper()                        {}
+func (r *fatalRecorder) Fatalf(format string, a ...any) { r.fatal = fmt.Sprintf(format, a...) }
+
+// WaitFor returns once the condition holds, and fails the test naming
+// what it waited for when the context ends first.
+func TestWaitFor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := &fatalRecorder{TB: t}
+	n := 0
+	tenuretest.WaitFor(ctx, r, "three checks", func() bool { n++; return n == 3 })
+	if r.fatal != "" || n != 3 {
+		t.Fatalf("after %d checks: failed with %q", n, r.fatal)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	tenuretest.WaitFor(short, r, "nothing", func() bool { return false })
+	if want := "waiting for nothing: context deadline exceeded"; r.fatal != want {
+		t.Fatalf("failed with %q, want %q", r.fatal, want)
 	}
 }
