@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 )
@@ -244,20 +245,20 @@ func runScenario(t *testing.T, ids bool, disrupt func(ctx context.Context, victi
 
 	stop := make(chan struct{})
 	res, wait := load(r, 3, keys, ids, stop)
-	waitFor(ctx, t, "load before the disruption", func() bool { return res.calls.Load() >= 30 })
+	tenuretest.WaitFor(ctx, t, "load before the disruption", func() bool { return res.calls.Load() >= 30 })
 	start := time.Now()
 	if err := disrupt(ctx, n2); err != nil {
 		close(stop)
 		wait()
 		t.Fatal(err)
 	}
-	waitFor(ctx, t, "n2 out of the survivors' tables", func() bool {
+	tenuretest.WaitFor(ctx, t, "n2 out of the survivors' tables", func() bool {
 		return !n0.c.Table().Has("n2") && !n1.c.Table().Has("n2")
 	})
 	cl.waitConverged(ctx, n0, n1)
 	recovery := time.Since(start)
 	base := res.calls.Load()
-	waitFor(ctx, t, "load after the disruption", func() bool { return res.calls.Load() >= base+30 })
+	tenuretest.WaitFor(ctx, t, "load after the disruption", func() bool { return res.calls.Load() >= base+30 })
 	close(stop)
 	wait()
 

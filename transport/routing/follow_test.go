@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 )
@@ -70,7 +71,7 @@ func TestRouterFollowsMembership(t *testing.T) {
 				_, err := put(ctx, r, "k")
 				done <- err
 			}()
-			waitFor(ctx, t, "the call to reach the old owner", func() bool { return entered.Load() == 1 })
+			tenuretest.WaitFor(ctx, t, "the call to reach the old owner", func() bool { return entered.Load() == 1 })
 			if _, ok := (*r.conns.Load())["old"]; !ok {
 				t.Fatal("no connection to the old owner")
 			}
@@ -92,7 +93,7 @@ func TestRouterFollowsMembership(t *testing.T) {
 			if st := r.Stats(); st.Cancelled != 1 || (st.Unknown == 1) != c.wantUnknown {
 				t.Fatalf("stats %+v", st)
 			}
-			waitFor(ctx, t, "the departed member's connection to close", func() bool {
+			tenuretest.WaitFor(ctx, t, "the departed member's connection to close", func() bool {
 				_, ok := (*r.conns.Load())["old"]
 				return !ok
 			})
@@ -121,7 +122,7 @@ func TestRouterFollowsClaims(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitFor(ctx, t, "the call to reach the old owner", func() bool { return entered.Load() == 1 })
+	tenuretest.WaitFor(ctx, t, "the call to reach the old owner", func() bool { return entered.Load() == 1 })
 	owners.claim("n-new", "new")
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -223,7 +224,7 @@ func TestRouterWakesOnClaim(t *testing.T) {
 			ctx := testCtx(t, 5*time.Second)
 			done := make(chan error, 1)
 			go func() { _, err := put(ctx, r, "k"); done <- err }()
-			waitFor(ctx, t, "the call to pause", func() bool { return r.Stats().Retries == 1 })
+			tenuretest.WaitFor(ctx, t, "the call to pause", func() bool { return r.Stats().Retries == 1 })
 			claimed.Store(true)
 			owners.claim("n-a", "a")
 			if err := <-done; err != nil {
@@ -248,11 +249,11 @@ func TestRouterFollowsWithoutPolling(t *testing.T) {
 	ctx, cancel := context.WithCancel(testCtx(t, 10*time.Second))
 	inFlight := make(chan error, 1)
 	go func() { _, err := put(ctx, r, "k"); inFlight <- err }() // stays at a
-	waitFor(ctx, t, "the call to be in flight", func() bool { return len(r.inflightSnapshot()) == 1 })
+	tenuretest.WaitFor(ctx, t, "the call to be in flight", func() bool { return len(r.inflightSnapshot()) == 1 })
 	owners.set("b")
 	paused := make(chan error, 1)
 	go func() { _, err := put(ctx, r, "j"); paused <- err }() // pauses for b's handoff
-	waitFor(ctx, t, "the second call to pause", func() bool { return r.Stats().Retries == 1 })
+	tenuretest.WaitFor(ctx, t, "the second call to pause", func() bool { return r.Stats().Retries == 1 })
 	before := owners.owners.Load()
 	window := time.NewTimer(500 * time.Millisecond)
 	select {
@@ -287,7 +288,7 @@ func TestRouterRechecksLateAttempts(t *testing.T) {
 	}
 	gen := r.gen.Load()
 	owners.setMembers("new")
-	waitFor(ctx, t, "the follower to check", func() bool { return r.gen.Load() != gen })
+	tenuretest.WaitFor(ctx, t, "the follower to check", func() bool { return r.gen.Load() != gen })
 	a := r.begin(ctx, rt, addr, node, nil)
 	defer r.end(a)
 	var gone *ownerGoneError
@@ -298,7 +299,7 @@ func TestRouterRechecksLateAttempts(t *testing.T) {
 		t.Fatalf("Conn to a departed member's address = %v, want Unavailable", err)
 	}
 	owners.setMembers("old", "new")
-	waitFor(ctx, t, "the address to serve again", func() bool { _, err := r.Conn("old"); return err == nil })
+	tenuretest.WaitFor(ctx, t, "the address to serve again", func() bool { _, err := r.Conn("old"); return err == nil })
 
 	// Members change without an event of their own; the next event (of no
 	// interest) finds the one-slot channel full: everything is checked.
@@ -308,7 +309,7 @@ func TestRouterRechecksLateAttempts(t *testing.T) {
 	owners.members = owners.members[1:] // "old" left, unannounced
 	owners.mu.Unlock()
 	owners.event(coordinator.Event{Kind: coordinator.EventReleased})
-	waitFor(ctx, t, "the attempt at old to be cancelled", func() bool { return b.ctx.Err() != nil })
+	tenuretest.WaitFor(ctx, t, "the attempt at old to be cancelled", func() bool { return b.ctx.Err() != nil })
 }
 
 // inflightSnapshot returns the attempts registered with the follower.

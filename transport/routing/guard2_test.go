@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/gate"
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 )
@@ -124,5 +125,5 @@ func TestWrappedCoordinator(t *testing.T) {
 	if err == nil || victim == nil || w.leases == 0 {
 		t.Fatalf("put = %v; the handler's stale write must fail it", err)
 	}
-	waitFor(ctx, t, "the reported lease to end", func() bool { return victim.Err() != nil })
+	tenuretest.WaitFor(ctx, t, "the reported lease to end", func() bool { return victim.Err() != nil })
 }

@@ -458,20 +458,6 @@ func singleNode(t testing.TB, serviceAddr string, fence ownership.Fence) *coordi
 	return c
 }
 
-// waitFor polls cond every 10 ms until it holds or ctx ends.
-func waitFor(ctx context.Context, t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-tick.C:
-		}
-	}
-}
-
 // nodeLeases is what a test guard asks of its node.
 type nodeLeases interface {
 	Leases

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 )
@@ -130,7 +131,7 @@ func TestRouterNeverMovesAKey(t *testing.T) {
 		_, err := put(testCtx(t, 10*time.Second), r, "k")
 		done <- err
 	}()
-	waitFor(testCtx(t, 10*time.Second), t, "a retry", func() bool { return r.Stats().Retries > 0 })
+	tenuretest.WaitFor(testCtx(t, 10*time.Second), t, "a retry", func() bool { return r.Stats().Retries > 0 })
 	owners.set("other")
 	if err := <-done; err != nil {
 		t.Fatal(err)

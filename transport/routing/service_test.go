@@ -9,6 +9,7 @@ import (
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 	pb "github.com/tenure-go/tenure/transport/ownershippb"
@@ -59,7 +60,7 @@ func TestHealthReportsClose(t *testing.T) {
 		t.Fatal("not serving at start")
 	}
 	_ = c.Close()
-	waitFor(ctx, t, "NOT_SERVING after Close", func() bool {
+	tenuretest.WaitFor(ctx, t, "NOT_SERVING after Close", func() bool {
 		resp, _ := h.Check(ctx, &healthgrpc.HealthCheckRequest{})
 		return resp.GetStatus() == healthgrpc.HealthCheckResponse_NOT_SERVING
 	})
