@@ -211,7 +211,9 @@ func TestFigures(t *testing.T) {
 		start := time.Now()
 		want := names(among...)
 		sort.Strings(want)
-		waitFor(ctx, t, what, func() bool {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		tenuretest.WaitFor(wctx, t, what, func() bool {
 			for _, p := range among {
 				if m, ok := p.members(); !ok || !slices.Equal(m, want) {
 					return false
@@ -239,7 +241,8 @@ func TestFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	tStop := time.Now()
-	waitFor(ctx, t, "the others to drop the stopped node", func() bool {
+	wctx, cancelWait := context.WithTimeout(ctx, time.Minute)
+	tenuretest.WaitFor(wctx, t, "the others to drop the stopped node", func() bool {
 		for _, p := range []*proc{n0, n1, leaver} {
 			if m, _ := p.members(); m == nil || slices.Contains(m, stopped.name) {
 				return false
@@ -247,6 +250,7 @@ func TestFigures(t *testing.T) {
 		}
 		return true
 	})
+	cancelWait()
 	detection := time.Since(tStop)
 	settled("the others to take the stopped node's partitions over", n0, n1, leaver)
 	takeover := time.Since(tStop)
@@ -391,20 +395,5 @@ func pause(ctx context.Context, d time.Duration) {
 	select {
 	case <-t.C:
 	case <-ctx.Done():
-	}
-}
-
-func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-wctx.Done():
-			t.Fatalf("waiting for %s: %v", what, wctx.Err())
-		case <-tick.C:
-		}
 	}
 }

@@ -117,7 +117,9 @@ func startCluster(t *testing.T, cfgs ...kvnode.Config) []*kvnode.Node {
 // every partition has exactly one owner, holding a live lease.
 func waitConverged(t *testing.T, nodes []*kvnode.Node, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, "the cluster to converge", func() bool {
+	wctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tenuretest.WaitFor(wctx, t, "the cluster to converge", func() bool {
 		for _, n := range nodes {
 			if len(n.Coordinator().Members()) != len(nodes) {
 				return false
@@ -142,20 +144,6 @@ func waitConverged(t *testing.T, nodes []*kvnode.Node, timeout time.Duration) {
 		}
 		return true
 	})
-}
-
-// waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
 }
 
 // client dials one node's KV service directly, as an outside client does.

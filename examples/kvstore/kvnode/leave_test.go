@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
 	"github.com/tenure-go/tenure/transport"
@@ -78,12 +79,16 @@ func TestGracefulLeaveFailsNoCall(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, 20*time.Second, "load before the leave", func() bool { return calls.Load() >= 50 })
+	before, cancelBefore := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelBefore()
+	tenuretest.WaitFor(before, t, "load before the leave", func() bool { return calls.Load() >= 50 })
 	if err := nodes[2].Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
 	base := calls.Load()
-	waitFor(t, 20*time.Second, "load after the leave", func() bool { return calls.Load() >= base+50 })
+	after, cancelAfter := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelAfter()
+	tenuretest.WaitFor(after, t, "load after the leave", func() bool { return calls.Load() >= base+50 })
 	close(stop)
 	wg.Wait()
 	if failed.Load() != 0 {
