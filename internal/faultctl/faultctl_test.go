@@ -63,7 +63,9 @@ func startNodes(t *testing.T, n int) ([]node, string) {
 		t.Cleanup(func() { kn.Close(); ctl.Close() })
 		nodes = append(nodes, node{kn, ctl})
 	}
-	waitFor(t, 30*time.Second, "the nodes to converge", func() bool { return converged(nodes...) })
+	conv, cancelConv := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelConv()
+	tenuretest.WaitFor(conv, t, "the nodes to converge", func() bool { return converged(nodes...) })
 	return nodes, path
 }
 
@@ -79,21 +81,6 @@ func converged(nodes ...node) bool {
 		}
 	}
 	return true
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		case <-tick.C:
-		}
-	}
 }
 
 func client(t *testing.T, addr string) kvpb.KVClient {
@@ -141,7 +128,9 @@ func TestCutAndHeal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 20*time.Second, "the majority to settle without n2", func() bool { return converged(majority...) })
+	settle, cancelSettle := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelSettle()
+	tenuretest.WaitFor(settle, t, "the majority to settle without n2", func() bool { return converged(majority...) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	kv := client(t, majority[0].GRPCAddr())
@@ -159,7 +148,9 @@ func TestCutAndHeal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 30*time.Second, "the healed cluster to converge", func() bool { return converged(nodes...) })
+	healed, cancelHealed := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelHealed()
+	tenuretest.WaitFor(healed, t, "the healed cluster to converge", func() bool { return converged(nodes...) })
 	if _, err := client(t, minority.GRPCAddr()).Put(ctx, &kvpb.PutRequest{Key: "healed", Value: []byte("v")}); err != nil {
 		t.Fatalf("put after the heal: %v", err)
 	}
@@ -199,7 +190,9 @@ func TestHeldWriteMeetsTheFence(t *testing.T) {
 		_, err := kv.Put(pctx, &kvpb.PutRequest{Key: "run1/a", Value: []byte("2")})
 		done <- err
 	}()
-	waitFor(t, 10*time.Second, "the write to wait at the hold", func() bool { return n.ctl.Holding(p) })
+	held, cancelHeld := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelHeld()
+	tenuretest.WaitFor(held, t, "the write to wait at the hold", func() bool { return n.ctl.Holding(p) })
 	resp, err := http.Get(fmt.Sprintf("http://%s/debug/hold?partition=%d", n.StatusAddr(), p))
 	if err != nil {
 		t.Fatal(err)
