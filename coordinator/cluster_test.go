@@ -62,6 +62,7 @@ type testNode struct {
 	h    *gatedHandler
 }
 
+// testCluster stays private: tenuretest.Cluster imports coordinator, so these in-package tests can't import it (an import cycle).
 type testCluster struct {
 	t     *testing.T
 	fence *ownership.MemoryFence
@@ -487,6 +488,7 @@ func TestWrongGossipKeyRefused(t *testing.T) {
 	}
 }
 
+// waitFor is tenuretest.WaitFor, which imports coordinator: these in-package tests can't import it (an import cycle).
 func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for !cond() {

@@ -167,7 +167,7 @@ func (n *node) view() []string {
 	return names
 }
 
-// waitFor polls cond until it holds or clusterTimeout passes.
+// waitFor polls cond until it holds or clusterTimeout passes; not tenuretest.WaitFor, which imports faultnet (an import cycle).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(clusterTimeout)
