@@ -21,6 +21,7 @@ import (
 
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ring"
 	"github.com/tenure-go/tenure/transport"
@@ -763,41 +764,25 @@ func (cl *cluster) settled(ctx context.Context) error {
 // waitSettled polls settled until it holds or bound passes.
 func (cl *cluster) waitSettled(ctx context.Context, bound time.Duration) (time.Duration, error) {
 	start := time.Now()
-	deadline := time.NewTimer(bound)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cl.settled(ctx)
-		if err == nil {
-			return time.Since(start), nil
-		}
-		select {
-		case <-ctx.Done():
-			return time.Since(start), fmt.Errorf("%w: %v", ctx.Err(), err)
-		case <-deadline.C:
-			return time.Since(start), fmt.Errorf("not settled within %v: %v", bound, err)
-		case <-tick.C:
-		}
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	var why error
+	if tenuretest.Poll(wctx, func() bool { why = cl.settled(ctx); return why == nil }) == nil {
+		return time.Since(start), nil
 	}
+	if ctx.Err() != nil {
+		return time.Since(start), fmt.Errorf("%w: %v", ctx.Err(), why)
+	}
+	return time.Since(start), fmt.Errorf("not settled within %v: %v", bound, why)
 }
 
-// waitFor polls cond every 5 ms until it holds, ctx ends or bound passes.
+// waitFor reports whether cond held before ctx ended or bound passed: a
+// bounded tenuretest.Poll for the waits whose timeout is an outcome, not a
+// failure.
 func waitFor(ctx context.Context, bound time.Duration, cond func() bool) bool {
-	deadline := time.NewTimer(bound)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-deadline.C:
-			return cond()
-		case <-tick.C:
-		}
-	}
-	return true
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	return tenuretest.Poll(ctx, cond) == nil
 }
 
 // hold keeps a fault in place for d (a timed fault, not a wait for a
