@@ -18,103 +18,87 @@ import (
 	"github.com/tenure-go/tenure/transport"
 )
 
-// A cluster of real coordinators and gRPC servers on loopback TCP, sharing
-// one fenced resource (a MemoryFence and the log of the writes it let
-// through).
+// A tenuretest cluster of coordinators, each serving the test service on
+// loopback TCP behind a guard, sharing one fenced resource (a MemoryFence
+// and the log of the writes it let through).
 type cluster struct {
 	t     *testing.T
-	fence *ownership.MemoryFence
+	tc    *tenuretest.Cluster
 	log   *writeLog
-	seed  string
 	nodes []*clusterNode
 }
 
 type clusterNode struct {
 	name   string
-	addr   string
+	tc     *tenuretest.Cluster
 	c      *coordinator.Coordinator
 	srv    *grpc.Server
 	health *Health
 	stop   sync.Once
 }
 
-func newCluster(t *testing.T) *cluster {
+// startCluster starts n nodes (node-0, node-1, ...), waits until they
+// converged, and serves each one's service address.
+func startCluster(ctx context.Context, t *testing.T, n int) *cluster {
+	t.Helper()
 	f, err := ownership.NewMemoryFence(testPartitions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{t: t, fence: f, log: newWriteLog()}
-}
-
-func (cl *cluster) start(ctx context.Context, name string) *clusterNode {
-	t := cl.t
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	cl := &cluster{t: t, log: newWriteLog()}
+	lis := map[string]net.Listener{}
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		lis[fmt.Sprintf("node-%d", i)] = l
+	}
+	cl.tc, err = tenuretest.Start(ctx, tenuretest.Config{
+		Nodes:      n,
+		Partitions: testPartitions,
+		Fence:      f, // every new owner fences the resource first (S2)
+		Tweak:      func(cfg *coordinator.Config) { cfg.ServiceAddr = lis[cfg.Name].Addr().String() },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := coordConfig(name)
-	cfg.ServiceAddr = lis.Addr().String()
-	cfg.Fence = cl.fence // every new owner fences the resource first (S2)
-	if cl.seed != "" {
-		cfg.Seeds = []string{cl.seed}
+	t.Cleanup(cl.tc.Close) // after the servers stopped
+	for _, name := range cl.tc.Live() {
+		c := cl.tc.Node(name)
+		g, err := NewGuard(GuardConfig{Leases: c, Stale: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := &clusterNode{name: name, tc: cl.tc, c: c, srv: grpc.NewServer(g.ServerOptions()...), health: NewHealth(c)}
+		node.srv.RegisterService(&kvDesc, &kv{name: name, fence: f, log: cl.log})
+		node.health.Register(node.srv)
+		go func() { _ = node.srv.Serve(lis[name]) }()
+		t.Cleanup(node.crash)
+		cl.nodes = append(cl.nodes, node)
 	}
-	c, err := coordinator.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &clusterNode{name: name, addr: cfg.ServiceAddr, c: c}
-	t.Cleanup(n.crash)
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if cl.seed == "" {
-		cl.seed = c.GossipAddr()
-	}
-	g, err := NewGuard(GuardConfig{Leases: c, Stale: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.srv = grpc.NewServer(g.ServerOptions()...)
-	n.srv.RegisterService(&kvDesc, &kv{name: name, fence: cl.fence, log: cl.log})
-	n.health = NewHealth(c)
-	n.health.Register(n.srv)
-	go func() { _ = n.srv.Serve(lis) }()
-	cl.nodes = append(cl.nodes, n)
-	return n
+	return cl
 }
 
 // crash stops the node without a goodbye: its server drops every
 // connection and its coordinator stops gossiping.
 func (n *clusterNode) crash() {
 	n.stop.Do(func() {
-		if n.srv != nil {
-			n.srv.Stop()
-		}
-		_ = n.c.Close()
-		if n.health != nil {
-			n.health.Close()
-		}
+		n.srv.Stop()
+		_ = n.tc.Crash(n.name)
+		n.health.Close()
 	})
 }
 
 // leave hands the node's partitions off, then stops its server.
 func (n *clusterNode) leave(ctx context.Context) error {
-	err := n.c.Leave(ctx)
+	err := n.tc.Leave(ctx, n.name)
 	n.stop.Do(func() {
 		n.srv.GracefulStop()
 		n.health.Close()
 	})
 	return err
-}
-
-func (cl *cluster) waitConverged(ctx context.Context, nodes ...*clusterNode) {
-	cl.t.Helper()
-	for _, n := range nodes {
-		if err := n.c.WaitConverged(ctx); err != nil {
-			cl.t.Fatalf("%s: %v", n.name, err)
-		}
-	}
 }
 
 func (cl *cluster) router(c *coordinator.Coordinator) *Router {
@@ -223,24 +207,21 @@ type scenario struct {
 }
 
 // runScenario starts 3 nodes, checks calls land on owners, then runs load
-// through disrupt (a leave or a crash of node n2) and checks that no stale
+// through disrupt (a leave or a crash of node-2) and checks that no stale
 // write was accepted and calls land on the new owners. With request ids
 // every call must succeed; without, a call may fail only with an unknown
 // outcome (a write in flight at a crashed owner), never with a plain
 // Unavailable or a deadline.
 func runScenario(t *testing.T, ids bool, disrupt func(ctx context.Context, victim *clusterNode) error) scenario {
 	ctx := testCtx(t, 60*time.Second)
-	cl := newCluster(t)
-	n0 := cl.start(ctx, "n0")
-	n1 := cl.start(ctx, "n1")
-	n2 := cl.start(ctx, "n2")
-	cl.waitConverged(ctx, n0, n1, n2)
+	cl := startCluster(ctx, t, 3)
+	n0, n1, n2 := cl.nodes[0], cl.nodes[1], cl.nodes[2]
 
 	const keys = 64
 	r := cl.router(n0.c) // the client routes by n0's view
 	checkLanding(ctx, t, r, cl.nodes, keys)
-	if len(n2.c.Table().PartitionsOf("n2")) == 0 {
-		t.Fatal("n2 owns nothing: the disruption would test nothing")
+	if len(n2.c.Table().PartitionsOf(n2.name)) == 0 {
+		t.Fatal("node-2 owns nothing: the disruption would test nothing")
 	}
 
 	stop := make(chan struct{})
@@ -252,10 +233,12 @@ func runScenario(t *testing.T, ids bool, disrupt func(ctx context.Context, victi
 		wait()
 		t.Fatal(err)
 	}
-	tenuretest.WaitFor(ctx, t, "n2 out of the survivors' tables", func() bool {
-		return !n0.c.Table().Has("n2") && !n1.c.Table().Has("n2")
+	tenuretest.WaitFor(ctx, t, "node-2 out of the survivors' tables", func() bool {
+		return !n0.c.Table().Has(n2.name) && !n1.c.Table().Has(n2.name)
 	})
-	cl.waitConverged(ctx, n0, n1)
+	if err := cl.tc.WaitConverged(ctx, n0.name, n1.name); err != nil {
+		t.Fatal(err)
+	}
 	recovery := time.Since(start)
 	base := res.calls.Load()
 	tenuretest.WaitFor(ctx, t, "load after the disruption", func() bool { return res.calls.Load() >= base+30 })
