@@ -1,0 +1,302 @@
+package coordinator
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lifeDeadline bounds every lifecycle test. Their nodes get a TCPTimeout
+// four times as long (slowTCP), so a Start, Join or Close that waits for a
+// stuck dial or stream to time out fails the test by its deadline, and one
+// that is cut short passes whatever the machine's load.
+const lifeDeadline = 15 * time.Second
+
+// slowTCP gives a node a TCPTimeout far past lifeDeadline.
+func slowTCP(c *Config) {
+	ml := *c.Memberlist
+	ml.TCPTimeout = 4 * lifeDeadline
+	c.Memberlist = &ml
+}
+
+// lifeConfig is testConfig with a handler that accepts everything.
+func lifeConfig(name string) Config {
+	cfg := testConfig(name)
+	cfg.Handler = &gatedHandler{}
+	return cfg
+}
+
+// freeAddr returns a loopback address whose TCP and UDP ports were free a
+// moment ago.
+func freeAddr(t *testing.T) (string, int) {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		pc, err := net.ListenPacket("udp", ln.Addr().String())
+		ln.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		return "127.0.0.1", port
+	}
+	t.Fatal("no free port")
+	return "", 0
+}
+
+// gossipStopped reports whether nothing listens any more at host:port (TCP
+// and UDP): the memberlist that had it is shut down.
+func gossipStopped(host string, port int) error {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("gossip TCP port still taken: %w", err)
+	}
+	ln.Close()
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return fmt.Errorf("gossip UDP port still taken: %w", err)
+	}
+	pc.Close()
+	return nil
+}
+
+// result waits for one error from ch, failing the test at ctx's end.
+func result(ctx context.Context, t *testing.T, ch <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		t.Fatalf("%s did not return before the test's deadline (TCPTimeout is %v)", what, 4*lifeDeadline)
+		return nil
+	}
+}
+
+// Close runs while Start is still joining its seeds (a service's shutdown
+// signal arrives during startup): no race, no deadlock, Start returns an
+// error, Close returns, and no memberlist is left running. The seed is a
+// black hole, so the join hangs until Close aborts it. Close comes at three
+// moments: before Start has begun, at the same time, and once the join's
+// stream is open.
+func TestCloseDuringStart(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*lifeDeadline)
+	defer cancel()
+	hole := newBlackHole(t, "127.0.0.1:0", true)
+	for i := range 30 {
+		ictx, icancel := context.WithTimeout(ctx, lifeDeadline)
+		host, port := freeAddr(t)
+		cfg := lifeConfig(fmt.Sprintf("s%d", i))
+		cfg.BindAddr, cfg.BindPort = host, port
+		cfg.Seeds = []string{hole.ln.Addr().String()}
+		slowTCP(&cfg)
+		c, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		started, closed := make(chan error, 1), make(chan error, 1)
+		goClose := func() { go func() { closed <- c.Close() }() }
+		k0, _ := hole.accepted()
+		switch i % 3 {
+		case 0: // the signal came first
+			goClose()
+			go func() { started <- c.Start(ictx) }()
+		case 1: // together
+			go func() { started <- c.Start(ictx) }()
+			goClose()
+		case 2: // during the join's stream
+			go func() { started <- c.Start(ictx) }()
+			waitFor(ictx, t, "the join to reach the seed", func() bool {
+				k, _ := hole.accepted()
+				return k > k0
+			})
+			goClose()
+		}
+		if err := result(ictx, t, started, "Start"); err == nil {
+			t.Fatalf("run %d: Start with Close during its join returned nil", i)
+		} else if !errors.Is(err, ErrClosed) {
+			t.Fatalf("run %d: Start with Close during its join returned %v, want ErrClosed", i, err)
+		}
+		if err := result(ictx, t, closed, "Close"); err != nil {
+			t.Fatalf("run %d: Close returned %v", i, err)
+		}
+		if err := gossipStopped(host, port); err != nil {
+			t.Fatalf("run %d: after Start and Close returned: %v", i, err)
+		}
+		icancel()
+	}
+}
+
+// Start's context bounds its join: a seed that never answers makes Start
+// return ctx's error at ctx's end, not at memberlist's TCPTimeout, and the
+// coordinator is closed (gossip stopped).
+func TestStartReturnsWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+	defer cancel()
+	hole := newBlackHole(t, "127.0.0.1:0", true)
+	host, port := freeAddr(t)
+	cfg := lifeConfig("sctx")
+	cfg.BindAddr, cfg.BindPort = host, port
+	cfg.Seeds = []string{hole.ln.Addr().String()}
+	slowTCP(&cfg)
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sctx, scancel := context.WithCancel(ctx)
+	started := make(chan error, 1)
+	go func() { started <- c.Start(sctx) }()
+	waitFor(ctx, t, "the join to reach the seed", func() bool {
+		k, _ := hole.accepted()
+		return k > 0
+	})
+	scancel()
+	if err := result(ctx, t, started, "Start"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start whose context ended during the join returned %v, want context.Canceled", err)
+	}
+	if err := gossipStopped(host, port); err != nil {
+		t.Fatalf("after a failed Start: %v", err)
+	}
+	if err := c.Start(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after a failed Start returned %v, want ErrClosed", err)
+	}
+}
+
+// fullBacklog returns a loopback TCP listener whose accept queue is full:
+// the kernel drops every further SYN, so a dial to it stays in progress
+// (SYN_SENT) until its timeout. It is Linux's behaviour for a listener
+// that has stopped accepting.
+func fullBacklog(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("needs Linux's accept-queue overflow and /proc/net/tcp")
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		syscall.Close(fd)
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		syscall.Close(fd)
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "backlog")
+	ln, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	var fill []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		for _, c := range fill {
+			c.Close()
+		}
+	})
+	// Fill the queue until a dial hangs.
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return addr
+			}
+			t.Fatalf("filling the accept queue: %v", err)
+		}
+		fill = append(fill, c)
+		if len(fill) > 16 || ctx.Err() != nil {
+			t.Skip("the kernel does not drop SYNs at a full accept queue here")
+		}
+	}
+}
+
+// dialsInProgress counts this host's TCP sockets in SYN_SENT to addr.
+func dialsInProgress(t *testing.T, addr string) int {
+	t.Helper()
+	_, ps, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(ps)
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := fmt.Sprintf("0100007F:%04X", port)
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) > 3 && fs[2] == want && fs[3] == "02" { // 02: SYN_SENT
+			n++
+		}
+	}
+	return n
+}
+
+// Close cuts short the dials and streams in progress: a Join to a peer
+// that accepts TCP and never answers (its stream hangs), or to one whose
+// handshake never completes (the dial hangs), ends when Close runs, not at
+// TCPTimeout; Close does not wait for it either.
+func TestShutdownEndsDialsInProgress(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		peer func(ctx context.Context, t *testing.T) (addr string, hung func() bool)
+	}{
+		{"stream", func(ctx context.Context, t *testing.T) (string, func() bool) {
+			hole := newBlackHole(t, "127.0.0.1:0", true)
+			return hole.ln.Addr().String(), func() bool { k, _ := hole.accepted(); return k > 0 }
+		}},
+		{"handshake", func(ctx context.Context, t *testing.T) (string, func() bool) {
+			addr := fullBacklog(ctx, t)
+			return addr, func() bool { return dialsInProgress(t, addr) > 0 }
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+			defer cancel()
+			addr, hung := tt.peer(ctx, t)
+			cfg := lifeConfig("dial-" + tt.name)
+			slowTCP(&cfg)
+			c, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			joined := make(chan error, 1)
+			go func() { joined <- c.Join(context.Background(), []string{addr}) }()
+			waitFor(ctx, t, "the join's dial to hang", hung)
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close() }()
+			if err := result(ctx, t, closed, "Close"); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if err := result(ctx, t, joined, "Join"); err == nil {
+				t.Fatal("a Join cut short by Close returned nil")
+			}
+		})
+	}
+}
