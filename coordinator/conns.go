@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"net"
@@ -11,11 +12,19 @@ import (
 )
 
 // closingTransport wraps memberlist's transport so that its Shutdown also
-// closes every stream connection this node dialed. memberlist's own
-// Shutdown leaves them be, so a Join or push/pull stuck on a peer that
-// accepts TCP and never answers would hold Close up for TCPTimeout.
+// ends every stream this node dialed and every dial in progress.
+// memberlist's own Shutdown leaves them be, so a Join or push/pull stuck
+// on a peer that accepts TCP and never answers, or whose handshake never
+// completes, would hold Join, Start and the loop's workers up for
+// TCPTimeout.
 type closingTransport struct {
 	memberlist.NodeAwareTransport
+	// netDial is set when the transport is memberlist's NetTransport: its
+	// dial is then made here, under ctx, which Shutdown cancels.
+	netDial bool
+
+	ctx    context.Context // ends at Shutdown
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -50,11 +59,14 @@ func newTransport(mc *memberlist.Config, logger *log.Logger) (*closingTransport,
 		}
 		t = nt
 	}
+	_, isNet := t.(*memberlist.NetTransport)
 	na, ok := t.(memberlist.NodeAwareTransport)
 	if !ok {
 		na = addressTransport{t}
 	}
-	return &closingTransport{NodeAwareTransport: na, conns: make(map[net.Conn]struct{})}, nil
+	ct := &closingTransport{NodeAwareTransport: na, netDial: isNet, conns: make(map[net.Conn]struct{})}
+	ct.ctx, ct.cancel = context.WithCancel(context.Background())
+	return ct, nil
 }
 
 func (t *closingTransport) track(c net.Conn, err error) (net.Conn, error) {
@@ -73,25 +85,50 @@ func (t *closingTransport) track(c net.Conn, err error) (net.Conn, error) {
 
 // DialTimeout implements memberlist.Transport.
 func (t *closingTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	return t.track(t.NodeAwareTransport.DialTimeout(addr, timeout))
+	return t.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
 }
 
-// DialAddressTimeout implements memberlist.NodeAwareTransport.
+// DialAddressTimeout implements memberlist.NodeAwareTransport. A dial in
+// progress ends at Shutdown. NetTransport's dial is made here under a
+// context Shutdown cancels (what NetTransport does, plus the context).
+// Another transport's dial can't be cancelled: it runs on, and the
+// connection it returns after Shutdown is closed at once, but the caller
+// is answered net.ErrClosed at Shutdown.
 func (t *closingTransport) DialAddressTimeout(addr memberlist.Address, timeout time.Duration) (net.Conn, error) {
-	return t.track(t.NodeAwareTransport.DialAddressTimeout(addr, timeout))
+	if t.netDial {
+		d := net.Dialer{Timeout: timeout}
+		return t.track(d.DialContext(t.ctx, "tcp", addr.Addr))
+	}
+	type dialed struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan dialed, 1)
+	go func() {
+		c, err := t.track(t.NodeAwareTransport.DialAddressTimeout(addr, timeout))
+		ch <- dialed{c, err}
+	}()
+	select {
+	case d := <-ch:
+		return d.c, d.err
+	case <-t.ctx.Done():
+		// The connection, if one comes, is closed: by Shutdown if it was
+		// tracked before, by track if after.
+		return nil, net.ErrClosed
+	}
 }
 
 // Shutdown implements memberlist.Transport.
 func (t *closingTransport) Shutdown() error {
-	err := t.NodeAwareTransport.Shutdown()
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.closed = true
 	for c := range t.conns {
 		c.Close()
 	}
 	clear(t.conns)
-	return err
+	t.mu.Unlock()
+	t.cancel()
+	return t.NodeAwareTransport.Shutdown()
 }
 
 type trackedConn struct {

@@ -26,8 +26,11 @@ import (
 var (
 	// ErrNotStarted: the call needs Start first.
 	ErrNotStarted = errors.New("coordinator: not started")
-	// ErrClosed: the coordinator was closed (or has left).
+	// ErrClosed: the coordinator was closed (or has left, or its Start
+	// failed).
 	ErrClosed = errors.New("coordinator: closed")
+	// ErrStarted: Start was called again. A coordinator starts once.
+	ErrStarted = errors.New("coordinator: already started")
 )
 
 // Coordinator is one node's embedded ownership coordinator. Its methods
@@ -49,7 +52,8 @@ type Coordinator struct {
 	meta     atomic.Pointer[[]byte]
 	quorumOK atomic.Bool
 
-	ml         *memberlist.Memberlist
+	ml         *memberlist.Memberlist // set by Start, under lifeMu, before started
+	mlp        atomic.Pointer[memberlist.Memberlist]
 	gossipAddr string // set by Start
 	mlKeys     *memberlist.Keyring
 	bq         *memberlist.TransmitLimitedQueue
@@ -65,8 +69,14 @@ type Coordinator struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	startOnce sync.Once
-	started   atomic.Bool
+	// lifeMu orders Start and Close: state moves new -> starting ->
+	// running -> closed, or to closed from any state. Close waits for a
+	// Start in flight (startDone) after it has aborted its join.
+	lifeMu    sync.Mutex
+	state     lifeState
+	startDone chan struct{} // closed when Start returns; set with starting
+	joins     sync.WaitGroup
+	started   atomic.Bool // running (or closed after running)
 	closeOnce sync.Once
 	closed    atomic.Bool
 	leaving   atomic.Bool
@@ -76,6 +86,16 @@ type Coordinator struct {
 	// timeline is the status page's history of table changes.
 	timeline timeline
 }
+
+// lifeState is where a coordinator is in its life.
+type lifeState int
+
+const (
+	lifeNew lifeState = iota
+	lifeStarting
+	lifeRunning
+	lifeClosed
+)
 
 // claimRetransmitFactor multiplies memberlist's RetransmitMult for claims.
 const claimRetransmitFactor = 3
@@ -189,16 +209,44 @@ func (c *Coordinator) Config() Config { return c.cfg }
 // before ctx ends) and starts claiming the partitions the ring gives this
 // node once it has a quorum. A node with no seeds starts a cluster of its
 // own.
+//
+// A coordinator starts once: Start again returns ErrStarted (ErrClosed
+// once closed). If the join fails or ctx ends first, Start returns the
+// error and the coordinator is closed (gossip stopped): make a new one
+// with New to try again. A Close during Start aborts the join at once;
+// Start then returns an error wrapping ErrClosed.
 func (c *Coordinator) Start(ctx context.Context) error {
-	err := ErrClosed
-	c.startOnce.Do(func() { err = c.start(ctx) })
+	c.lifeMu.Lock()
+	switch c.state {
+	case lifeNew:
+	case lifeClosed:
+		c.lifeMu.Unlock()
+		return ErrClosed
+	default:
+		c.lifeMu.Unlock()
+		return ErrStarted
+	}
+	c.state = lifeStarting
+	done := make(chan struct{})
+	c.startDone = done
+	c.lifeMu.Unlock()
+
+	err := c.start(ctx)
+	close(done)
+	if err == nil {
+		return nil
+	}
+	c.lifeMu.Lock()
+	closed := c.state == lifeClosed // a Close ran meanwhile
+	c.lifeMu.Unlock()
+	c.Close()
+	if closed && !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("coordinator: start: %w (%v)", ErrClosed, err)
+	}
 	return err
 }
 
 func (c *Coordinator) start(ctx context.Context) error {
-	if c.closed.Load() {
-		return ErrClosed
-	}
 	mc := *c.cfg.Memberlist // a copy: the caller's config is not changed
 	mc.Name = c.cfg.Name
 	mc.BindAddr, mc.BindPort = c.cfg.BindAddr, c.cfg.BindPort
@@ -238,26 +286,37 @@ func (c *Coordinator) start(ctx context.Context) error {
 		_ = tr.Shutdown()
 		return fmt.Errorf("coordinator: start gossip: %w", err)
 	}
+	c.mlp.Store(ml)
+	c.lifeMu.Lock()
+	if c.state == lifeClosed {
+		// Close ran before there was a memberlist to shut down.
+		c.lifeMu.Unlock()
+		_ = ml.Shutdown()
+		return ErrClosed
+	}
 	c.ml = ml
+	c.lifeMu.Unlock()
 	// memberlist's LocalNode is rewritten by UpdateNode without a lock the
 	// caller can take: read the address once, before anything updates it.
 	n := ml.LocalNode()
 	c.gossipAddr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-	c.started.Store(true)
 	if len(c.cfg.Seeds) > 0 {
-		if err := c.join(ctx, c.cfg.Seeds); err != nil {
-			_ = ml.Shutdown()
-			c.closed.Store(true)
-			c.cancel()
+		if err := c.joinSeeds(ctx, ml); err != nil {
 			return err
 		}
 	}
 	m, err := ownership.NewMachine(c.cfg.machineConfig(c.self))
 	if err != nil {
-		_ = ml.Shutdown()
 		return err
 	}
 	l := newLoop(c, m)
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.state == lifeClosed {
+		return ErrClosed
+	}
+	c.state = lifeRunning
+	c.started.Store(true)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -267,29 +326,62 @@ func (c *Coordinator) start(ctx context.Context) error {
 	return nil
 }
 
+// joinSeeds joins Config.Seeds for Start. memberlist's Join has no
+// context: when ctx ends or Close runs, gossip is shut down, which ends the
+// join's dials and streams at once.
+func (c *Coordinator) joinSeeds(ctx context.Context, ml *memberlist.Memberlist) error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := ml.Join(c.cfg.Seeds)
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+		if err == nil {
+			return nil
+		}
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-c.ctx.Done():
+		err = ErrClosed
+	}
+	_ = ml.Shutdown()
+	<-done
+	return fmt.Errorf("coordinator: join %v: %w", c.cfg.Seeds, err)
+}
+
 func (c *Coordinator) numMembers() int {
-	if c.ml == nil {
+	ml := c.mlp.Load()
+	if ml == nil {
 		return 1
 	}
-	return c.ml.NumMembers()
+	return ml.NumMembers()
 }
 
 // Join joins more gossip addresses (host:port). It returns once at least one
-// answered, or the error when none did before ctx ended.
+// answered, or the error when none did. If ctx ends first it returns ctx's
+// error, and if Close runs, ErrClosed; memberlist's join can't be
+// cancelled, so it may still complete after ctx ended (it ends at Close at
+// the latest, which waits for it).
 func (c *Coordinator) Join(ctx context.Context, seeds []string) error {
-	if !c.started.Load() {
+	c.lifeMu.Lock()
+	switch c.state {
+	case lifeRunning:
+	case lifeClosed:
+		c.lifeMu.Unlock()
+		return ErrClosed
+	default:
+		c.lifeMu.Unlock()
 		return ErrNotStarted
 	}
-	if c.closed.Load() {
-		return ErrClosed
-	}
-	return c.join(ctx, seeds)
-}
-
-func (c *Coordinator) join(ctx context.Context, seeds []string) error {
+	ml := c.ml
+	c.joins.Add(1)
+	c.lifeMu.Unlock()
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.ml.Join(seeds)
+		defer c.joins.Done()
+		_, err := ml.Join(seeds)
 		done <- err
 	}()
 	select {
@@ -299,9 +391,9 @@ func (c *Coordinator) join(ctx context.Context, seeds []string) error {
 		}
 		return nil
 	case <-ctx.Done():
-		// memberlist's Join has no context; it ends within its TCP timeout.
-		<-done
 		return fmt.Errorf("coordinator: join %v: %w", seeds, ctx.Err())
+	case <-c.ctx.Done():
+		return fmt.Errorf("coordinator: join %v: %w", seeds, ErrClosed)
 	}
 }
 
@@ -409,18 +501,29 @@ func (c *Coordinator) handedOff() bool {
 // Close stops the coordinator at once: every lease ends (the handlers are
 // told: Release with the lease already ended, bounded by ReleaseTimeout),
 // gossip stops without a goodbye (to the others, this is a crash), and the
-// coordinator's goroutines end before Close returns. memberlist's own
-// prober may run on for up to one probe interval: memberlist's Shutdown
-// does not wait for it. It is idempotent.
+// coordinator's goroutines end before Close returns. Dials and streams in
+// progress end at once, so a Start or Join in flight returns (an error
+// wrapping ErrClosed). memberlist's own prober may run on for up to one
+// probe round (ProbeInterval, scaled by memberlist's awareness): its
+// Shutdown does not wait for it. Close may be called at any time, before
+// Start, during Start or Leave, and more than once; it always returns nil.
 func (c *Coordinator) Close() error {
 	c.closeOnce.Do(func() {
+		c.lifeMu.Lock()
+		c.state = lifeClosed
 		c.closed.Store(true)
-		c.cancel()
-		if c.ml != nil {
-			// First, so joins and push/pulls in flight end now.
-			_ = c.ml.Shutdown()
+		ml, starting := c.ml, c.startDone
+		c.lifeMu.Unlock()
+		c.cancel() // aborts a Start's join and ends Join calls
+		if ml != nil {
+			// First, so joins, dials and push/pulls in flight end now.
+			_ = ml.Shutdown()
+		}
+		if starting != nil {
+			<-starting // Start shuts down what it made after Close looked
 		}
 		c.wg.Wait() // the loop ends leases and waits for its workers
+		c.joins.Wait()
 		c.subs.closeAll()
 		c.log.Info("closed")
 	})
