@@ -3,9 +3,10 @@ package coordinator
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/tenure-go/tenure/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+// TestMain fails the run if goroutines are left over, waiting out
+// memberlist's, which outlive its Shutdown by a bounded time (see
+// leakcheck.Upstream).
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

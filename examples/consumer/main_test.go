@@ -6,14 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/tenure-go/tenure/examples/consumer/consumer"
+	"github.com/tenure-go/tenure/internal/leakcheck"
 	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // openSQLite opens a new SQLite file in the test's temporary directory.
 func openSQLite(t *testing.T) *sql.DB {
