@@ -54,7 +54,7 @@ type Coordinator struct {
 
 	ml         *memberlist.Memberlist // set by Start, under lifeMu, before started
 	mlp        atomic.Pointer[memberlist.Memberlist]
-	gossipAddr string // set by Start
+	gossipAddr atomic.Pointer[string] // set by Start
 	mlKeys     *memberlist.Keyring
 	bq         *memberlist.TransmitLimitedQueue
 
@@ -299,7 +299,8 @@ func (c *Coordinator) start(ctx context.Context) error {
 	// memberlist's LocalNode is rewritten by UpdateNode without a lock the
 	// caller can take: read the address once, before anything updates it.
 	n := ml.LocalNode()
-	c.gossipAddr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	addr := net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	c.gossipAddr.Store(&addr)
 	if len(c.cfg.Seeds) > 0 {
 		if err := c.joinSeeds(ctx, ml); err != nil {
 			return err
@@ -322,7 +323,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 		defer c.wg.Done()
 		l.run()
 	}()
-	c.log.Info("started", "incarnation", fmt.Sprintf("%016x", c.self.Incarnation), "gossip", c.gossipAddr, "seeds", len(c.cfg.Seeds))
+	c.log.Info("started", "incarnation", fmt.Sprintf("%016x", c.self.Incarnation), "gossip", addr, "seeds", len(c.cfg.Seeds))
 	return nil
 }
 
@@ -349,6 +350,18 @@ func (c *Coordinator) joinSeeds(ctx context.Context, ml *memberlist.Memberlist) 
 	_ = ml.Shutdown()
 	<-done
 	return fmt.Errorf("coordinator: join %v: %w", c.cfg.Seeds, err)
+}
+
+// running returns nil while the coordinator runs: ErrClosed once it is
+// closed (whether or not it ever started), else ErrNotStarted.
+func (c *Coordinator) running() error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if !c.started.Load() {
+		return ErrNotStarted
+	}
+	return nil
 }
 
 func (c *Coordinator) numMembers() int {
@@ -397,8 +410,14 @@ func (c *Coordinator) Join(ctx context.Context, seeds []string) error {
 	}
 }
 
-// GossipAddr returns the address other nodes join this one at.
-func (c *Coordinator) GossipAddr() string { return c.gossipAddr }
+// GossipAddr returns the address other nodes join this one at ("" until
+// Start has started gossip).
+func (c *Coordinator) GossipAddr() string {
+	if a := c.gossipAddr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
 
 // GossipKeyring returns memberlist's keyring for rotating gossip keys at
 // run time (AddKey, UseKey, RemoveKey), or nil when gossip isn't encrypted.
@@ -421,13 +440,16 @@ func (c *Coordinator) Leaving() bool { return c.leaving.Load() }
 // from the last view, so a leaving server can forward the calls still in
 // flight to the new owners; Lease answers with a *NotOwnerError. If ctx
 // ends first, the remaining leases end as in Close and ctx's error is
-// returned; if Close runs meanwhile, Leave returns ErrClosed.
+// returned; if Close runs meanwhile, Leave returns ErrClosed. Whatever it
+// returns, the coordinator is closed when Leave returns. Before Start,
+// Leave returns ErrNotStarted; after Close, or while another Leave runs,
+// ErrClosed.
 func (c *Coordinator) Leave(ctx context.Context) error {
-	if !c.started.Load() {
-		return ErrNotStarted
+	if err := c.running(); err != nil {
+		return err
 	}
-	if !c.leaving.CompareAndSwap(false, true) || c.closed.Load() {
-		return ErrClosed
+	if !c.leaving.CompareAndSwap(false, true) {
+		return ErrClosed // another Leave runs or ran
 	}
 	c.subs.publish(Event{Kind: EventLeaving, Node: c.cfg.Name, Time: c.cfg.Clock.Now()})
 	if err := c.updateMeta(func(m *meta) { m.Leaving = true }); err == nil {
@@ -627,8 +649,8 @@ func (c *Coordinator) Members() []ownership.Member {
 // lease on p. A handler that ends its lease with Lease.End is treated the
 // same way, without the drain.
 func (c *Coordinator) Resign(ctx context.Context, p uint32) error {
-	if !c.started.Load() {
-		return ErrNotStarted
+	if err := c.running(); err != nil {
+		return err
 	}
 	if int(p) >= c.cfg.Ring.Partitions {
 		return fmt.Errorf("coordinator: resign p%d: %w", p, ownership.ErrPartitionRange)

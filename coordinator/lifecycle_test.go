@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure/ownership"
 )
 
 // lifeDeadline bounds every lifecycle test. Their nodes get a TCPTimeout
@@ -298,5 +300,215 @@ func TestShutdownEndsDialsInProgress(t *testing.T) {
 				t.Fatal("a Join cut short by Close returned nil")
 			}
 		})
+	}
+}
+
+// newLone returns a coordinator of a cluster of its own, not started.
+func newLone(t *testing.T, name string) *Coordinator {
+	t.Helper()
+	c, err := New(lifeConfig(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// The lifecycle as a careless user drives it: every call out of order
+// returns nil or a clear error at once, never panics or hangs.
+func TestLifecycleMisuse(t *testing.T) {
+	t.Parallel()
+	t.Run("close before start", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		defer cancel()
+		c := newLone(t, "m-cbs")
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close before Start: %v", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close again: %v", err)
+		}
+		for what, err := range map[string]error{
+			"Start":         c.Start(ctx),
+			"Leave":         c.Leave(ctx),
+			"Join":          c.Join(ctx, []string{"127.0.0.1:1"}),
+			"Resign":        c.Resign(ctx, 0),
+			"WaitConverged": c.WaitConverged(ctx),
+		} {
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("%s after Close (never started) returned %v, want ErrClosed", what, err)
+			}
+		}
+		if c.Leaving() {
+			t.Error("Leaving after a refused Leave")
+		}
+	})
+	t.Run("start twice", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		defer cancel()
+		c := newLone(t, "m-st")
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- c.Start(ctx) }()
+		}
+		a, b := result(ctx, t, errs, "Start"), result(ctx, t, errs, "Start")
+		if a != nil {
+			a, b = b, a
+		}
+		if a != nil || !errors.Is(b, ErrStarted) {
+			t.Fatalf("two Starts returned %v and %v, want nil and ErrStarted", a, b)
+		}
+		if err := c.Start(ctx); !errors.Is(err, ErrStarted) {
+			t.Fatalf("Start of a running coordinator returned %v, want ErrStarted", err)
+		}
+		c.Close()
+		if err := c.Start(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Start after Close returned %v, want ErrClosed", err)
+		}
+	})
+	t.Run("close twice at once", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		defer cancel()
+		host, port := freeAddr(t)
+		cfg := lifeConfig("m-ct")
+		cfg.BindAddr, cfg.BindPort = host, port
+		c, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- c.Close() }()
+		}
+		for range 2 {
+			if err := result(ctx, t, errs, "Close"); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+		}
+		// Both returned: neither left before the other's work was done.
+		if err := gossipStopped(host, port); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("leave after close", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		defer cancel()
+		c := newLone(t, "m-lac")
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if err := c.Leave(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Leave after Close returned %v, want ErrClosed", err)
+		}
+		if c.Leaving() {
+			t.Error("Leaving after a refused Leave")
+		}
+		if err := c.Join(ctx, []string{"127.0.0.1:1"}); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Join after Close returned %v, want ErrClosed", err)
+		}
+		if err := c.WaitConverged(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("WaitConverged after Close returned %v, want ErrClosed", err)
+		}
+		ch, _ := c.Subscribe(1)
+		if _, ok := <-ch; ok {
+			t.Fatal("a subscription made after Close is open")
+		}
+		_ = c.Status()
+		_, _ = c.Lease([]byte("k"))
+		_, _ = c.Owner([]byte("k"))
+		_ = c.Members()
+	})
+	t.Run("leave before start", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		defer cancel()
+		c := newLone(t, "m-lbs")
+		if err := c.Leave(ctx); !errors.Is(err, ErrNotStarted) {
+			t.Fatalf("Leave before Start returned %v, want ErrNotStarted", err)
+		}
+		if err := c.Resign(ctx, 0); !errors.Is(err, ErrNotStarted) {
+			t.Fatalf("Resign before Start returned %v, want ErrNotStarted", err)
+		}
+		if err := c.Join(ctx, []string{"127.0.0.1:1"}); !errors.Is(err, ErrNotStarted) {
+			t.Fatalf("Join before Start returned %v, want ErrNotStarted", err)
+		}
+		// Nothing was spoiled: the coordinator starts and leaves.
+		if err := c.Start(ctx); err != nil {
+			t.Fatalf("Start after a refused Leave: %v", err)
+		}
+		if err := c.Leave(ctx); err != nil {
+			t.Fatalf("Leave: %v", err)
+		}
+		if err := c.Leave(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Leave again returned %v, want ErrClosed", err)
+		}
+	})
+	t.Run("leave with its context ended", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		defer cancel()
+		c := newLone(t, "m-lce")
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		dead, kill := context.WithCancel(ctx)
+		kill()
+		if err := c.Leave(dead); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Leave with an ended context returned %v, want context.Canceled", err)
+		}
+		// The coordinator is closed, as after Close.
+		if err := c.WaitConverged(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("WaitConverged after the Leave returned %v, want ErrClosed", err)
+		}
+	})
+}
+
+// Leave's context ending during the handoff (a Release that drains past
+// it) makes Leave return ctx's error at once: the lease ends as in Close,
+// and Close is done when Leave returns.
+func TestLeaveReturnsWhenItsContextEndsDuringTheHandoff(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	draining := make(chan struct{}, testPartitions)
+	tc := newTestCluster(t, func(c *Config) {
+		if c.Name != "x1" {
+			return
+		}
+		c.ReleaseTimeout = time.Minute
+		c.Handler = HandlerFuncs{ReleaseFunc: func(ctx context.Context, l *ownership.Lease) error {
+			if l.Err() == nil {
+				draining <- struct{}{}
+				<-ctx.Done() // drains until told to stop
+			}
+			return nil
+		}}
+	})
+	tc.startNodes(ctx, "x", 2)
+	leaver := tc.remove("x1")
+	lctx, lcancel := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() { left <- leaver.c.Leave(lctx) }()
+	select {
+	case <-draining:
+	case <-ctx.Done():
+		t.Fatal("no Release during the Leave")
+	}
+	lcancel()
+	bctx, bcancel := within(ctx)
+	defer bcancel()
+	if err := result(bctx, t, left, "Leave"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Leave whose context ended during the handoff returned %v, want context.Canceled", err)
+	}
+	if err := leaver.c.Start(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after the Leave returned %v, want ErrClosed", err)
 	}
 }
