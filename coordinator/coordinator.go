@@ -344,11 +344,13 @@ func (c *Coordinator) joinSeeds(ctx context.Context, ml *memberlist.Memberlist) 
 		}
 	case <-ctx.Done():
 		err = ctx.Err()
+		_ = ml.Shutdown()
+		<-done
 	case <-c.ctx.Done():
 		err = ErrClosed
+		_ = ml.Shutdown()
+		<-done
 	}
-	_ = ml.Shutdown()
-	<-done
 	return fmt.Errorf("coordinator: join %v: %w", c.cfg.Seeds, err)
 }
 

@@ -512,3 +512,33 @@ func TestLeaveReturnsWhenItsContextEndsDuringTheHandoff(t *testing.T) {
 		t.Fatalf("Start after the Leave returned %v, want ErrClosed", err)
 	}
 }
+
+// A join that fails (the seed hangs up) makes Start return its error, and
+// the coordinator is closed with its gossip stopped.
+func TestStartWhoseJoinFails(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+	defer cancel()
+	hole := newBlackHole(t, "127.0.0.1:0", false)
+	host, port := freeAddr(t)
+	cfg := lifeConfig("sfail")
+	cfg.BindAddr, cfg.BindPort = host, port
+	cfg.Seeds = []string{hole.ln.Addr().String()}
+	slowTCP(&cfg)
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	started := make(chan error, 1)
+	go func() { started <- c.Start(ctx) }()
+	if err := result(ctx, t, started, "Start"); err == nil || errors.Is(err, ErrClosed) {
+		t.Fatalf("Start whose seed hung up returned %v, want the join's error", err)
+	}
+	if err := gossipStopped(host, port); err != nil {
+		t.Fatalf("after a failed Start: %v", err)
+	}
+	if err := c.Start(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after a failed Start returned %v, want ErrClosed", err)
+	}
+}
