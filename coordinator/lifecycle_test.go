@@ -529,7 +529,7 @@ func TestStartWhoseJoinFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeWithin(t, c)
 	started := make(chan error, 1)
 	go func() { started <- c.Start(ctx) }()
 	if err := result(ctx, t, started, "Start"); err == nil || errors.Is(err, ErrClosed) {
@@ -541,4 +541,15 @@ func TestStartWhoseJoinFails(t *testing.T) {
 	if err := c.Start(ctx); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Start after a failed Start returned %v, want ErrClosed", err)
 	}
+}
+
+// closeWithin closes c, failing the test if Close does not return within
+// bound (it waits for a Start in flight: a Start stuck forever holds it).
+func closeWithin(t *testing.T, c *Coordinator) {
+	t.Helper()
+	ctx, cancel := within(context.Background())
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	_ = result(ctx, t, closed, "Close")
 }
