@@ -553,3 +553,47 @@ func closeWithin(t *testing.T, c *Coordinator) {
 	go func() { closed <- c.Close() }()
 	_ = result(ctx, t, closed, "Close")
 }
+
+// handlingStreams counts the goroutines serving an accepted gossip stream
+// (memberlist's handleConn), of every node in this process.
+func handlingStreams() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return strings.Count(string(buf), "memberlist.(*Memberlist).handleConn(")
+}
+
+// A peer that opened a gossip stream to this node and went silent does not
+// keep memberlist's handler of it running after Close (it would until
+// TCPTimeout: memberlist's Shutdown closes the listener, not the streams
+// it accepted). Not parallel: it counts every node's handlers, and
+// parallel tests wait until the sequential ones are done.
+func TestShutdownEndsAcceptedStreams(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+	defer cancel()
+	waitFor(ctx, t, "earlier tests' stream handlers to end", func() bool { return handlingStreams() == 0 })
+	cfg := lifeConfig("accepted")
+	slowTCP(&cfg)
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	silent, err := net.Dial("tcp", c.GossipAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	waitFor(ctx, t, "the node to serve the silent stream", func() bool { return handlingStreams() == 1 })
+	c.Close()
+	waitFor(ctx, t, "the handler of the silent stream to end after Close", func() bool { return handlingStreams() == 0 })
+}
