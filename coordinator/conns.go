@@ -12,11 +12,12 @@ import (
 )
 
 // closingTransport wraps memberlist's transport so that its Shutdown also
-// ends every stream this node dialed and every dial in progress.
-// memberlist's own Shutdown leaves them be, so a Join or push/pull stuck
-// on a peer that accepts TCP and never answers, or whose handshake never
-// completes, would hold Join, Start and the loop's workers up for
-// TCPTimeout.
+// ends every stream this node dialed or accepted and every dial in
+// progress. memberlist's own Shutdown leaves them be, so a Join or
+// push/pull stuck on a peer that accepts TCP and never answers, or whose
+// handshake never completes, would hold Join, Start and the loop's workers
+// up for TCPTimeout, and a peer that opened a stream and went silent would
+// keep memberlist's handler of it running as long after Close.
 type closingTransport struct {
 	memberlist.NodeAwareTransport
 	// netDial is set when the transport is memberlist's NetTransport: its
@@ -26,9 +27,14 @@ type closingTransport struct {
 	ctx    context.Context // ends at Shutdown
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	streams chan net.Conn // accepted streams, tracked, for memberlist
+	stopFwd chan struct{} // closed once the inner transport is shut down
+	fwdDone chan struct{} // closed when forward returns
+
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	closed   bool
+	stopOnce sync.Once
 }
 
 // newTransport returns mc's transport wrapped, making memberlist's default
@@ -64,9 +70,45 @@ func newTransport(mc *memberlist.Config, logger *log.Logger) (*closingTransport,
 	if !ok {
 		na = addressTransport{t}
 	}
-	ct := &closingTransport{NodeAwareTransport: na, netDial: isNet, conns: make(map[net.Conn]struct{})}
+	ct := &closingTransport{
+		NodeAwareTransport: na,
+		netDial:            isNet,
+		conns:              make(map[net.Conn]struct{}),
+		streams:            make(chan net.Conn),
+		stopFwd:            make(chan struct{}),
+		fwdDone:            make(chan struct{}),
+	}
 	ct.ctx, ct.cancel = context.WithCancel(context.Background())
+	go ct.forward(na.StreamCh())
 	return ct, nil
+}
+
+// StreamCh implements memberlist.Transport: the inner transport's
+// accepted streams, tracked so Shutdown closes them.
+func (t *closingTransport) StreamCh() <-chan net.Conn { return t.streams }
+
+// forward hands the inner transport's streams to memberlist. It drains
+// them until the inner transport is shut down (whose listener may be
+// handing one over), closing those that come after Shutdown began.
+func (t *closingTransport) forward(in <-chan net.Conn) {
+	defer close(t.fwdDone)
+	for {
+		select {
+		case c := <-in:
+			tc, err := t.track(c, nil)
+			if err != nil {
+				continue // closed by track
+			}
+			select {
+			case t.streams <- tc:
+			case <-t.stopFwd:
+				tc.Close()
+				return
+			}
+		case <-t.stopFwd:
+			return
+		}
+	}
 }
 
 func (t *closingTransport) track(c net.Conn, err error) (net.Conn, error) {
@@ -128,7 +170,10 @@ func (t *closingTransport) Shutdown() error {
 	clear(t.conns)
 	t.mu.Unlock()
 	t.cancel()
-	return t.NodeAwareTransport.Shutdown()
+	err := t.NodeAwareTransport.Shutdown()
+	t.stopOnce.Do(func() { close(t.stopFwd) })
+	<-t.fwdDone
+	return err
 }
 
 type trackedConn struct {

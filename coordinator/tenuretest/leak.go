@@ -8,8 +8,7 @@ type TestingM = leakcheck.TestingM
 
 // VerifyTestMain runs m's tests and then fails the run if goroutines are
 // left over, as goleak.VerifyTestMain does, but patiently and ignoring
-// none: every goroutine must end within 5 s of the tests' end, and the few
-// of memberlist's that outlive its Shutdown by a bounded time (a probe
-// round in flight; a stream a silent peer opened, until TCPTimeout) within
-// 20 s. Call it from TestMain.
+// none: every goroutine must end within 5 s of the tests' end, and
+// memberlist's prober, which outlives its Shutdown by up to a probe round,
+// within 20 s. Call it from TestMain.
 func VerifyTestMain(m TestingM) { leakcheck.VerifyTestMain(m) }

@@ -26,16 +26,14 @@ import (
 //     and does not watch Shutdown: it waits for its acks, indirect acks and
 //     TCP fallback until the round ends, ProbeInterval scaled by the
 //     awareness multiplier (AwarenessMaxMultiplier, 8 by default).
-//   - memberlist's sendPingAndWaitForAck is that round's TCP fallback, on
-//     a goroutine of its own, bounded by the same deadline.
-//   - memberlist's handleConn serves a stream another node opened to this
-//     one. Shutdown closes the listener, not the connections it accepted:
-//     a peer that opened a stream and went silent holds it until
-//     TCPTimeout.
+//
+// Not listed, because the coordinator's transport ends them at Shutdown
+// (coordinator/conns.go): the round's TCP fallback (sendPingAndWaitForAck,
+// whose dial or stream is cut), and handleConn, which serves a stream a
+// peer opened (memberlist's Shutdown closes the listener, not the streams
+// it accepted, so a silent peer would hold it until TCPTimeout).
 var Upstream = []string{
 	"github.com/hashicorp/memberlist.(*Memberlist).probeNode",
-	"github.com/hashicorp/memberlist.(*Memberlist).sendPingAndWaitForAck",
-	"github.com/hashicorp/memberlist.(*Memberlist).handleConn",
 }
 
 // Wait bounds how long Find waits for goroutines to end.
@@ -44,8 +42,8 @@ type Wait struct {
 	// end: ours, the standard library's, gRPC's.
 	Own time.Duration
 	// Upstream is how long a goroutine listed in Upstream may take. It
-	// covers memberlist's LAN preset (a probe round of 1 s scaled up to 8
-	// times; TCPTimeout 10 s) with room for a loaded machine.
+	// covers memberlist's LAN preset (a probe round of 1 s, scaled up to 8
+	// times) with room for a loaded machine.
 	Upstream time.Duration
 }
 
