@@ -150,8 +150,14 @@ type Config struct {
 	// it and every token a resource reports as current (ReportStale), and
 	// every node's metadata carries a MAC for its name: a node whose
 	// metadata fails is no member (it can't advertise a stable membership,
-	// a leave or another node's identity). Without them the cluster trusts
-	// whatever reaches its gossip port.
+	// a leave or another node's identity). Without them (and without
+	// GossipKeys) the cluster trusts whatever reaches its gossip port, and
+	// is not fully protected: a plain memberlist node joins as a member,
+	// can make every node hold back while it advertises a newer stable
+	// membership, and a forged stable membership naming a quorum of real
+	// members plus some that do not exist is adopted (one naming none that
+	// exist, or jumping more than ownership.MaxStableJump versions, is
+	// not).
 	// Optional.
 	TokenKeys *ownership.Keyring
 

@@ -385,3 +385,78 @@ func snapshotNames(c *Coordinator) []string {
 	}
 	return out
 }
+
+// Issue 11, defect 2 (stable membership): gossip carries the stable
+// membership a node counts its quorum against, and the highest version
+// won. A forged set of members that do not exist was adopted: no node
+// counted a quorum of it again, for good. One of version 2^64-1 was
+// adopted too, and the next change (a graceful leave) took version
+// 2^64-1 + 1 = 0, "not known". Now a heard set of which no quorum is known
+// (in the view or the node's own set) is not adopted: the node is outdated
+// only until StableAfter passes without hearing it again. A version more
+// than MaxStableJump above a node's own is ignored. With token keys,
+// unsigned sets (in a push/pull, a broadcast, or the forger's metadata)
+// are refused outright.
+func TestForgedStableMembershipCannotHaltTheCluster(t *testing.T) {
+	t.Parallel()
+	for _, keyed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unkeyed", true: "keyed"}[keyed], func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+			defer cancel()
+			var keys *ownership.Keyring
+			if keyed {
+				keys = metaKeys(t, "tenure test token key, 32 bytes")
+			}
+			tc := newTestCluster(t, func(c *Config) { c.TokenKeys = keys })
+			tc.startNodes(ctx, "s", 3)
+			tc.waitConverged(ctx)
+
+			ghosts := ownership.NewStable(1<<20, []string{"ghost-1", "ghost-2", "ghost-3"})
+			huge := ownership.NewStable(math.MaxUint64, names(tc.all()))
+			// A push/pull whose register holds a claim (a release one epoch
+			// above p's owner) that shows when the state was merged.
+			const p = 5
+			_, lease := ownerOf(t, tc, p)
+			mark := ownership.Claim{Token: lease.Token(), Released: true}
+			mark.Token.Epoch++
+			mark.Token = keys.Sign(mark.Token)
+			reg, err := ownership.NewRegister(testPartitions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg.ObserveClaim(mark)
+			state := seal(t, ownership.GossipMessage{Kind: ownership.GossipState, Cluster: "tenure", Sender: "evil", Stable: ghosts, Register: reg}, nil)
+			md := leavingMeta(t, "tenure")
+			if keyed {
+				md = forgedMeta(t, "evil", ghosts.ID(), true, nil)
+			}
+			in := newIntruder(t, "evil", md, state)
+			bc := newIntruder(t, "evil-broadcast", nil, nil)
+			bc.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipStable, Cluster: "tenure", Sender: "evil-broadcast", Stable: huge}, nil))
+			for _, n := range tc.all() {
+				_, _ = in.ml.Join([]string{n.c.GossipAddr()})
+			}
+			if !keyed {
+				waitFor(ctx, t, "every node to merge the forged state", func() bool {
+					for _, n := range tc.all() {
+						if n.c.reg.GetClaim(p).Token.Epoch < mark.Token.Epoch {
+							return false
+						}
+					}
+					return true
+				})
+			}
+			_ = in.ml.Leave(time.Second)
+			_ = in.ml.Shutdown()
+
+			// A graceful leave changes the stable membership at once.
+			gracefulLeave(ctx, t, tc, tc.all()[0].name)
+			for _, n := range tc.all() {
+				if st := n.c.stable.Load(); st.Version > 1<<10 || st.Has("ghost-1") {
+					t.Errorf("%s holds stable membership %v", n.name, st)
+				}
+			}
+		})
+	}
+}

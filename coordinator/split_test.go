@@ -85,7 +85,7 @@ func watchQuiet(ctx context.Context, log *fenceLog, quiet []*testNode, d time.Du
 // Issue 11, defect 4: a node restarted on the minority side of a split
 // (and a new node that joins there) took its first view as the stable
 // membership, counted a quorum at once and fenced the majority's
-// partitions: in 8 s one node held 10 leases. It must learn the cluster's
+// partitions: in 8 s one node held 10 leases. It must hear the cluster's
 // stable membership from the peer it joins and hold back.
 func TestRestartOnMinoritySideHoldsBack(t *testing.T) {
 	t.Parallel()
@@ -113,7 +113,11 @@ func TestRestartOnMinoritySideHoldsBack(t *testing.T) {
 	if breach := watchQuiet(ctx, log, []*testNode{m3, m4, m5}, m4.c.cfg.Grace+1500*time.Millisecond); breach != "" {
 		t.Fatalf("on the minority side after a restart and a join: %s", breach)
 	}
-	if st := m4.c.Status(); len(st.Stable) != 5 {
+	// It knows only 2 of the cluster's 5 (m3 and itself): it holds the
+	// cluster's set unadopted (a forged one must not halt it) and is
+	// outdated, as m3 shows a newer one; it counts against no set of its
+	// own making.
+	if st := m4.c.Status(); len(st.Stable) != 5 && len(st.Stable) != 0 {
 		t.Fatalf("the restarted node counts against %v, not the cluster's stable membership", st.Stable)
 	}
 }

@@ -37,9 +37,15 @@ import "slices"
 // reaches (ViewMember.Unreachable): a node cut off from the rest still
 // shows them in its view until its own failure detector gives up on them.
 //
-// A heard stable membership with a higher ID replaces the node's own. A
-// member whose metadata shows a higher ID than the node's makes it
-// outdated: it has no quorum and asks that member for its state. This is
+// A heard stable membership with a higher ID replaces the node's own if it
+// is at most MaxStableJump versions above and the node knows a quorum of
+// its members (in its view or its own set). One of which it knows no
+// quorum puts it in doubt (no quorum, no promotion) until StableAfter
+// passes without hearing it again, and is adopted if the view grows to
+// hold a quorum of it: a forged set of members that do not exist can't
+// halt a node for good. A member whose metadata shows a higher ID than the
+// node's (within MaxStableJump) makes it outdated: it has no quorum and
+// asks that member for its state. This is
 // what keeps a node that restarts on the minority side of a split, or that
 // sat on the far side of a split that later reshaped, from counting a
 // quorum the cluster no longer gives it.
@@ -58,7 +64,10 @@ type quorum struct {
 	hasView   bool
 	ok        bool
 	outdated  bool
+	doubt     bool                // pending is known: no quorum, no promotion, but leaves still count
 	asked     map[string]StableID // ActSync already emitted for member at ID
+	pending   Stable              // heard and newer, but no quorum of it is known
+	pendingAt uint64              // tick pending was last heard
 }
 
 // A ViewMember is one member of a view of the membership, as gossip shows
@@ -104,7 +113,7 @@ func (q *quorum) setView(now uint64, members []ViewMember, left []string) bool {
 	// members this node reached: a member that missed a few pings under
 	// load must not turn a leave into a shrink that keeps a crashed member
 	// counted forever.
-	wasOK := q.stable.Known() && !q.outdated && q.count(q.view)
+	wasOK := q.stable.Known() && !q.outdated && !q.doubt && q.count(q.view)
 	prev := q.view
 	if !q.hasView || !slices.Equal(names, q.view) || !slices.Equal(reached, q.reached) {
 		q.viewSince = now
@@ -124,6 +133,9 @@ func (q *quorum) setView(now uint64, members []ViewMember, left []string) bool {
 			changed = true
 		}
 	}
+	if p := q.pending; p.Known() && quorumCount(p.Members, q.known()) {
+		changed = q.heard(now, p) || changed
+	}
 	return q.eval(now) || changed
 }
 
@@ -133,9 +145,17 @@ func (q *quorum) heard(now uint64, s Stable) bool {
 	if q.knobs != nil && q.knobs.StableFromFirstView {
 		return false
 	}
-	if !s.valid() || s.ID().Compare(q.stable.ID()) <= 0 {
+	if !s.valid() || s.ID().Compare(q.stable.ID()) <= 0 || !plausibleID(q.stable.ID(), s.ID()) {
 		return false
 	}
+	if !quorumCount(s.Members, q.known()) {
+		if s.ID().Compare(q.pending.ID()) >= 0 {
+			q.pending, q.pendingAt = s, now
+			q.eval(now)
+		}
+		return false
+	}
+	q.pending = Stable{}
 	q.stable = s
 	// The view must now stay unchanged for StableAfter before this node
 	// promotes it over the set it just learned: otherwise two nodes whose
@@ -162,13 +182,24 @@ func (q *quorum) eval(now uint64) bool {
 			q.stable, changed = NewStable(1, q.view), true
 		}
 	}
+	if q.pending.Known() && (q.pending.ID().Compare(q.stable.ID()) <= 0 || now-q.pendingAt > q.stableAfter) {
+		q.pending = Stable{}
+	}
+	// A newer stable membership heard lately, of which no quorum is known,
+	// puts this node in doubt until it expires (StableAfter after it was
+	// last heard): it may be held by members this node can't see, or be
+	// forged; adopted, a forged one (members that do not exist) would halt
+	// the node for good. In doubt a node counts no quorum and promotes
+	// nothing, like an outdated one, but still drops a member that leaves
+	// gracefully: a leave lost while in doubt would be counted forever.
+	q.doubt = q.pending.Known()
 	q.outdated = false
 	for _, m := range q.view {
-		if q.ids[m].Compare(q.stable.ID()) > 0 && (q.knobs == nil || !q.knobs.StableFromFirstView) {
+		if q.ids[m].Compare(q.stable.ID()) > 0 && plausibleID(q.stable.ID(), q.ids[m]) && (q.knobs == nil || !q.knobs.StableFromFirstView) {
 			q.outdated = true
 		}
 	}
-	if q.stable.Known() && !q.outdated && q.hasView && !slices.Equal(q.view, q.stable.Members) {
+	if q.stable.Known() && !q.outdated && !q.doubt && q.hasView && !slices.Equal(q.view, q.stable.Members) {
 		switch {
 		case containsAll(q.reached, q.stable.Members) && q.newcomersFresh():
 			q.stable, changed = NewStable(q.stable.Version+1, q.view), true
@@ -180,7 +211,7 @@ func (q *quorum) eval(now uint64) bool {
 	case q.min > 0:
 		q.ok = len(q.reached) >= q.min
 	default:
-		q.ok = q.stable.Known() && !q.outdated && q.count(q.reached)
+		q.ok = q.stable.Known() && !q.outdated && !q.doubt && q.count(q.reached)
 	}
 	return changed
 }
@@ -219,6 +250,14 @@ func (q *quorum) allFresh() bool {
 	return true
 }
 
+// known returns the members of the view and of the stable membership,
+// sorted: the names this node has reason to believe exist.
+func (q *quorum) known() []string {
+	out := append(slices.Clone(q.view), q.stable.Members...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // toAsk returns the members that show a stable membership above this
 // node's and have not been asked for it yet, and marks them asked.
 func (q *quorum) toAsk() []string {
@@ -226,7 +265,7 @@ func (q *quorum) toAsk() []string {
 	own := q.stable.ID()
 	for _, m := range q.view {
 		id := q.ids[m]
-		if m == q.self || id.Compare(own) <= 0 || q.asked[m] == id {
+		if m == q.self || id.Compare(own) <= 0 || !plausibleID(own, id) || q.asked[m] == id {
 			continue
 		}
 		if q.asked == nil {

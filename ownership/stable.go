@@ -103,6 +103,19 @@ func (s Stable) valid() bool {
 	return true
 }
 
+// MaxStableJump is the most a stable membership heard from the network
+// (a message, or the ID in a member's metadata) may raise the version
+// above the node's own. A cluster takes one version per membership change:
+// 2^32 is more than any real cluster sees, so no single forged message can
+// push the version to its end (where Version+1 wraps to "not known").
+const MaxStableJump = 1 << 32
+
+// plausibleID reports whether id, heard from the network, is within
+// MaxStableJump of own.
+func plausibleID(own, id StableID) bool {
+	return id.Version <= own.Version || id.Version-own.Version <= MaxStableJump
+}
+
 // quorumCount reports whether seen (sorted names, the members a node sees)
 // holds a quorum of the stable membership: more than half of its members.
 // Exactly half is not a quorum, whichever half: a tie-breaker (say, the
