@@ -74,6 +74,7 @@ type input struct {
 	err       error
 	done      chan error  // inResign: the answer
 	reach     reachResult // inReached: who answered
+	at        time.Time   // inReached: when the check started
 }
 
 // loop owns the state machine and the lease registry.
@@ -90,9 +91,10 @@ type loop struct {
 	warned  bool                   // the no-quorum warning was logged
 	lostAt  time.Time              // when the quorum was last lost
 
-	missed   map[string]int // reach checks each member missed in a row
-	reaching bool           // a reach check is in flight
-	reachAt  time.Time      // when the last reach check started
+	reach    map[string]reachState // members that missed reach checks
+	unreach  []string              // those the current view marks Unreachable
+	reaching bool                  // a reach check is in flight
+	reachAt  time.Time             // when the last reach check started
 }
 
 // knownMember is a member once seen, for rejoin after a partition heals.
@@ -108,7 +110,7 @@ func newLoop(c *Coordinator, m *ownership.Machine) *loop {
 		reg:     c.leases,
 		known:   make(map[string]knownMember),
 		leavers: make(map[string]bool),
-		missed:  make(map[string]int),
+		reach:   make(map[string]reachState),
 		lostAt:  c.cfg.Clock.Now(), // a node starts without a quorum
 	}
 }
@@ -215,8 +217,7 @@ func (l *loop) refreshMembers() {
 		}
 		members[e.member.Name] = e.member
 		l.known[e.member.Name] = knownMember{addr: e.member.GossipAddr, lastSeen: now}
-		vms = append(vms, ownership.ViewMember{Name: e.member.Name, Incarnation: e.meta.Incarnation, Stable: e.meta.Stable, Leaving: e.meta.Leaving,
-			Unreachable: l.missed[e.member.Name] >= reachMisses})
+		vms = append(vms, ownership.ViewMember{Name: e.member.Name, Incarnation: e.meta.Incarnation, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
 		if !e.meta.Leaving {
 			placed = append(placed, e.member.Name)
 		}
@@ -224,11 +225,16 @@ func (l *loop) refreshMembers() {
 	for _, name := range left {
 		delete(l.known, name)
 	}
-	for name := range l.missed {
-		if _, ok := members[name]; !ok {
-			delete(l.missed, name) // gone from the view: nothing to reach
+	for name, st := range l.reach {
+		if m, ok := members[name]; !ok || m.Incarnation != st.incarnation {
+			delete(l.reach, name) // gone from the view, or a new life
 		}
 	}
+	l.unreach = l.unreachable()
+	for i := range vms {
+		vms[i].Unreachable = slices.Contains(l.unreach, vms[i].Name)
+	}
+	c.metrics.unreachable.Set(float64(len(l.unreach)))
 	for name := range l.leavers {
 		if _, ok := members[name]; !ok {
 			// A leaver is out of the table already; now it is gone.
@@ -238,7 +244,7 @@ func (l *loop) refreshMembers() {
 	}
 	slices.Sort(placed)
 	old := c.Table()
-	v := &view{table: old, members: members, unreachable: l.unreachable()}
+	v := &view{table: old, members: members, unreachable: l.unreach}
 	if old == nil || !slices.Equal(placed, l.names) {
 		if len(placed) > 0 {
 			t, err := ring.New(placed, c.cfg.Ring)
@@ -379,10 +385,7 @@ func (l *loop) apply(in input) {
 	case inJoined:
 		l.joining = false
 	case inReached:
-		if l.reached(in.reach) {
-			c.metrics.unreachable.Set(float64(len(l.unreachable())))
-			l.refreshMembers()
-		}
+		l.reached(in.reach, in.at)
 	}
 }
 
@@ -500,7 +503,7 @@ func (l *loop) quorum(ok bool) {
 		return
 	}
 	l.lostAt = c.cfg.Clock.Now()
-	c.log.Debug("no quorum", "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreachable())
+	c.log.Debug("no quorum", "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach)
 }
 
 // warnQuorum logs, once per loss, a quorum missing for StepDown (the
@@ -513,7 +516,7 @@ func (l *loop) warnQuorum() {
 	l.warned = true
 	st := l.m.Stable()
 	c.log.Warn("no quorum for StepDown: leases ended; claiming nothing until a quorum of the stable membership is seen",
-		"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreachable(), "step_down", c.cfg.StepDown)
+		"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "step_down", c.cfg.StepDown)
 }
 
 func (l *loop) viewNames() []string {

@@ -28,6 +28,8 @@ type network struct {
 	// answer clears it the next tick.
 	unreach [][]bool
 	uflip   [][]uint64
+	usince  [][]uint64 // tick unreach[i][j] last became true
+	uheld   [][]bool   // held past ReachHold: counts again until j answers
 }
 
 func newNetwork(s *Sim, n int) *network {
@@ -39,6 +41,8 @@ func newNetwork(s *Sim, n int) *network {
 		nw.blind = append(nw.blind, make([]bool, n))
 		nw.unreach = append(nw.unreach, make([]bool, n))
 		nw.uflip = append(nw.uflip, make([]uint64, n))
+		nw.usince = append(nw.usince, make([]uint64, n))
+		nw.uheld = append(nw.uheld, make([]bool, n))
 		for j := range n {
 			nw.link[i][j] = true
 		}
@@ -133,7 +137,8 @@ func (nw *network) step() {
 // stepReach moves the reach checks one tick towards the truth: a direct
 // ping of j from i needs both directions up and j answering. It models
 // the check as always running (the real one runs only while memberlist
-// reports trouble, which a cut always causes).
+// reports trouble, which a cut always causes), and the bound on how long a
+// member memberlist still lists counts as unreachable: ReachHold ticks.
 func (nw *network) stepReach() {
 	s := nw.s
 	for i, n := range s.nodes {
@@ -142,6 +147,15 @@ func (nw *network) stepReach() {
 		}
 		for j := range s.nodes {
 			truth := i != j && (!nw.bidi(i, j) || !nw.answers(j) || nw.blind[i][j])
+			if !truth {
+				nw.uheld[i][j] = false // j answers: a later loss counts anew
+			}
+			if truth && nw.unreach[i][j] && s.now-nw.usince[i][j] >= uint64(s.cfg.ReachHold) {
+				nw.uheld[i][j] = true // past the hold: memberlist's verdict stands
+			}
+			if nw.uheld[i][j] {
+				truth = false
+			}
 			if truth == nw.unreach[i][j] {
 				nw.uflip[i][j] = 0
 				continue
@@ -157,6 +171,9 @@ func (nw *network) stepReach() {
 			if s.now >= nw.uflip[i][j] {
 				nw.uflip[i][j] = 0
 				nw.unreach[i][j] = truth
+				if truth {
+					nw.usince[i][j] = s.now
+				}
 				if nw.sees[i][j] {
 					nw.dirty[i] = true
 				}

@@ -101,6 +101,7 @@ func (n *node) start(bootstrap bool) {
 			s.net.flip[n.idx][j] = 0
 			s.net.unreach[n.idx][j] = false
 			s.net.uflip[n.idx][j] = 0
+			s.net.uheld[n.idx][j] = false
 		}
 		s.net.left[n.idx] = nil
 		s.net.metaChanged(n)

@@ -30,8 +30,9 @@ type Config struct {
 	// quorum and grace must cover); JoinDelay, that one became reachable.
 	DetectMin, DetectMax, JoinDelay int
 	// ReachMin and ReachMax bound how long a node's reach check takes to
-	// count a member it can't ping unreachable (0: no reach check).
-	ReachMin, ReachMax int
+	// count a member it can't ping unreachable (0: no reach check), and
+	// ReachHold how long it does while memberlist still lists the member.
+	ReachMin, ReachMax, ReachHold int
 	// GossipDelay bounds the delay of a broadcast; PushPull is the period
 	// of full state exchanges.
 	GossipDelay, PushPull int
@@ -64,7 +65,7 @@ func DefaultConfig(seed uint64) Config {
 		Seed: seed, Nodes: 5, Partitions: 16,
 		Grace: 12, Handoff: 10, StepDown: 3, StableAfter: 25,
 		Retry: 2, MaxRetry: 16, Acquire: 12, Release: 12,
-		DetectMin: 2, DetectMax: 6, JoinDelay: 3, ReachMin: 1, ReachMax: 3,
+		DetectMin: 2, DetectMax: 6, JoinDelay: 3, ReachMin: 1, ReachMax: 3, ReachHold: 24,
 		GossipDelay: 2, PushPull: 10,
 	}
 }
