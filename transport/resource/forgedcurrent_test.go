@@ -98,3 +98,33 @@ func TestForgedCurrentCannotMakeAPartitionUnclaimable(t *testing.T) {
 		}
 	}
 }
+
+// Issue 11, defect 2: a keyed coordinator believes a stale answer's
+// current token only with a valid MAC, and a fence such as sqlfence keeps
+// marks without theirs. With Signer set, the guard signs the current token
+// of the stale answers it gives (here a Checker's, unsigned); without it
+// the token is passed on as the Checker gave it.
+func TestTokenGuardSignerSignsStaleAnswers(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t, 10*time.Second)
+	keys, err := ownership.NewKeyring(ownership.Key("tenure test token key, 32 bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := tok(1, 9, "b")
+	checker := CheckerFunc(func(_ context.Context, t ownership.Token) error { return ownership.Stale(t, mark) })
+	net := newBufNet(t)
+	net.serve("signed", TokenGuardConfig{Keyring: keys, Checker: checker, Signer: keys}, admitted)
+	net.serve("unsigned", TokenGuardConfig{Keyring: keys, Checker: checker}, admitted)
+	call := keys.Sign(tok(1, 3, "a"))
+	for addr, signed := range map[string]bool{"signed": true, "unsigned": false} {
+		_, err := put(transport.WithToken(ctx, call), net.conn(addr))
+		st, ok := transport.StaleFromStatus(err)
+		if !ok {
+			t.Fatalf("%s: %v, want a stale answer", addr, err)
+		}
+		if st.Current.Compare(mark) != 0 || (keys.Verify(st.Current) == nil) != signed {
+			t.Fatalf("%s: current token %v (verify: %v), signed want %v", addr, st.Current, keys.Verify(st.Current), signed)
+		}
+	}
+}

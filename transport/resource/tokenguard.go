@@ -67,6 +67,16 @@ type TokenGuardConfig struct {
 	// Exempt reports whether a method (its full name) is served without a
 	// token. Default transport.DefaultExempt.
 	Exempt func(fullMethod string) bool
+	// Signer, when set, signs the current token of every stale answer the
+	// guard itself gives (from Checker or Fence; not a handler's own
+	// errors, which may name another resource's mark). A coordinator with
+	// Config.TokenKeys believes a current token only with a valid MAC, and
+	// fences such as sqlfence keep marks without theirs: set it, with
+	// Keyring, to the cluster's keyring. Default nil: current tokens are
+	// returned as the Checker or Fence gave them.
+	Signer interface {
+		Sign(ownership.Token) ownership.Token
+	}
 }
 
 // Validate reports whether c can build a guard. It does not change c.
@@ -95,7 +105,10 @@ func (c TokenGuardConfig) Validate() error {
 //
 // A TokenGuard is safe for concurrent use.
 type TokenGuard struct {
-	keys    *ownership.Keyring
+	keys   *ownership.Keyring
+	signer interface {
+		Sign(ownership.Token) ownership.Token
+	}
 	checker Checker
 	fence   Doer
 	mode    ownership.Mode
@@ -107,7 +120,7 @@ func NewTokenGuard(cfg TokenGuardConfig) (*TokenGuard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &TokenGuard{keys: cfg.Keyring, checker: cfg.Checker, fence: cfg.Fence, mode: cfg.Mode, exempt: cfg.Exempt}
+	g := &TokenGuard{keys: cfg.Keyring, signer: cfg.Signer, checker: cfg.Checker, fence: cfg.Fence, mode: cfg.Mode, exempt: cfg.Exempt}
 	if g.exempt == nil {
 		g.exempt = transport.DefaultExempt
 	}
@@ -171,7 +184,17 @@ func (g *TokenGuard) run(ctx context.Context, t ownership.Token, h func() error)
 	if ran {
 		return transport.StatusFromError(herr)
 	}
-	return checkStatus(err)
+	return checkStatus(g.signStale(err))
+}
+
+// signStale returns err with the current token of its
+// *ownership.StaleTokenError signed by the guard's Signer, if it has one.
+func (g *TokenGuard) signStale(err error) error {
+	var st *ownership.StaleTokenError
+	if g.signer == nil || !errors.As(err, &st) || st.Current.IsZero() {
+		return err
+	}
+	return ownership.Stale(st.Token, g.signer.Sign(st.Current))
 }
 
 type callTokenCtx struct{}
@@ -196,7 +219,7 @@ func (g *TokenGuard) admit(ctx context.Context) (context.Context, ownership.Toke
 	}
 	if g.checker != nil {
 		if err := g.checker.Check(ctx, t); err != nil {
-			return nil, t, checkStatus(err)
+			return nil, t, checkStatus(g.signStale(err))
 		}
 	}
 	// The handler's own calls to further resources carry the token too.
