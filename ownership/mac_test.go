@@ -123,3 +123,40 @@ func BenchmarkKeyringVerify(b *testing.B) {
 		}
 	}
 }
+
+// Authenticate's MACs are separated by purpose, and from token and gossip
+// MACs; Authentic checks every key of the ring (rotation), and a nil
+// Keyring accepts everything.
+func TestKeyringAuthenticatePurposes(t *testing.T) {
+	oldKey, newKey := Key("the old key of this cluster...."), Key("the new key of this cluster....")
+	old, err := NewKeyring(oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := NewKeyring(newKey, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("node metadata bytes")
+	mac := old.Authenticate("node metadata", msg)
+	if !old.Authentic("node metadata", msg, mac[:]) || !rotated.Authentic("node metadata", msg, mac[:]) {
+		t.Fatal("a MAC does not verify under its own key")
+	}
+	if old.Authentic("something else", msg, mac[:]) {
+		t.Fatal("a MAC verified for another purpose")
+	}
+	if old.Authentic("node metadata", append(msg, 0), mac[:]) {
+		t.Fatal("a MAC verified for another message")
+	}
+	if g := old.sealBytes(msg); old.Authentic("node metadata", msg, g[:]) {
+		t.Fatal("a gossip MAC verified as a purpose's")
+	}
+	tok := old.Sign(Token{Partition: 1, Epoch: 2, Owner: "a", Incarnation: 3})
+	if old.Authentic("node metadata", msg, tok.MAC[:]) {
+		t.Fatal("a token MAC verified as a purpose's")
+	}
+	var none *Keyring
+	if z := none.Authenticate("node metadata", msg); z != ([MACSize]byte{}) || !none.Authentic("node metadata", msg, nil) {
+		t.Fatal("a nil Keyring does not accept everything")
+	}
+}
