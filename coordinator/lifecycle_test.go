@@ -421,6 +421,15 @@ func TestLifecycleMisuse(t *testing.T) {
 		if _, ok := <-ch; ok {
 			t.Fatal("a subscription made after Close is open")
 		}
+		// A stale report after Close concerns no live lease: nothing takes it.
+		self := c.Self()
+		tok := ownership.Token{Partition: 0, Epoch: 1, Owner: self.Name, Incarnation: self.Incarnation}
+		cur := ownership.Token{Partition: 0, Epoch: 2, Owner: "other", Incarnation: 1}
+		for range 100 { // the loop's input queue has room: it must not be used
+			if c.ReportStale(ownership.Stale(tok, cur)) {
+				t.Fatal("ReportStale after Close reported a lease of this node")
+			}
+		}
 		_ = c.Status()
 		_, _ = c.Lease([]byte("k"))
 		_, _ = c.Owner([]byte("k"))
