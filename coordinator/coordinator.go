@@ -711,6 +711,9 @@ func (c *Coordinator) ReportStale(err error) bool {
 
 // report hands an input to the loop unless the coordinator is closing.
 func (c *Coordinator) report(in input) bool {
+	if c.ctx.Err() != nil {
+		return false // the queue may have room, but no loop will read it
+	}
 	select {
 	case c.inputs <- in:
 		return true
