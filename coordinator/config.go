@@ -22,7 +22,9 @@ import (
 // AcquireTimeout or ReleaseTimeout, and was abandoned: the late call, and
 // the Release that follows an abandoned Acquire that returned nil, may run
 // beside the next lease's calls; compare lease tokens before touching
-// shared state). Both calls may block until ctx ends.
+// shared state). Both calls may block until ctx ends. Neither may call
+// Coordinator.Close or Leave and wait for it: those wait for the
+// handler's calls to return.
 //
 // For every lease whose Acquire returned nil, Release is called exactly
 // once: before the lease ends for a planned move (the ring moved the

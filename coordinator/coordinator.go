@@ -531,6 +531,9 @@ func (c *Coordinator) handedOff() bool {
 // probe round (ProbeInterval, scaled by memberlist's awareness): its
 // Shutdown does not wait for it. Close may be called at any time, before
 // Start, during Start or Leave, and more than once; it always returns nil.
+// It waits for the Handler's calls in progress, so a Handler must not call
+// Close or Leave itself (it would wait for itself); start them from
+// another goroutine.
 func (c *Coordinator) Close() error {
 	c.closeOnce.Do(func() {
 		c.lifeMu.Lock()
