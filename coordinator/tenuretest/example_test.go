@@ -33,27 +33,25 @@ func Example() {
 		}
 	}
 	cl, err := tenuretest.Start(ctx, tenuretest.Config{Nodes: 5, Handler: handler})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	check(err)
 	defer cl.Close()
 	key := []byte("user-42")
 
-	// A graceful leave: every partition drains before its lease ends.
 	owner, err := cl.OwnerOf(ctx, key)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	if err := cl.Leave(ctx, owner); err != nil {
-		fmt.Println(err)
-		return
-	}
-	if err := cl.WaitConverged(ctx); err != nil {
-		fmt.Println(err)
-		return
-	}
+	check(err)
+	check(cl.Leave(ctx, owner)) // handler(owner)'s Release ran with the lease live
+	check(cl.WaitConverged(ctx))
+
+	next, err := cl.OwnerOf(ctx, key)
+	check(err)
+	lease, err := cl.Node(next).Lease(key)
+	check(err)
+	check(cl.Pause(next))                      // cut off, clock stopped: it still believes in its lease
+	check(cl.WaitConverged(ctx, cl.Live()...)) // the others took the key over and fenced it
+	fence := cl.Fence().(*ownership.MemoryFence)
+	err = fence.Do(ctx, lease.Token(), ownership.Exact, func() error { return nil }) // its late write
+	fmt.Println("the cut-off owner's write is fenced:", errors.Is(err, ownership.ErrStaleToken))
+
 	mu.Lock()
 	live := len(drainedLive[owner]) > 0
 	for _, l := range drainedLive[owner] {
@@ -62,37 +60,17 @@ func Example() {
 	mu.Unlock()
 	fmt.Println("drained on leave with the lease live:", live)
 
-	// A partition: the key's owner is cut off (paused, so it still
-	// believes in its lease); the others take the key over and fence it.
-	next, err := cl.OwnerOf(ctx, key)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	lease, err := cl.Node(next).Lease(key)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	if err := cl.Pause(next); err != nil {
-		fmt.Println(err)
-		return
-	}
-	if err := cl.WaitConverged(ctx, cl.Live()...); err != nil {
-		fmt.Println(err)
-		return
-	}
-	fence := cl.Fence().(*ownership.MemoryFence)
-	err = fence.Do(ctx, lease.Token(), ownership.Exact, func() error { return nil }) // its late write
-	fmt.Println("the cut-off owner's write is fenced:", errors.Is(err, ownership.ErrStaleToken))
-
-	if err := cl.Resume(next); err != nil {
-		fmt.Println(err)
-		return
-	}
+	check(cl.Resume(next))
 	fmt.Println("converged after the heal:", cl.WaitConverged(ctx) == nil)
 	// Output:
-	// drained on leave with the lease live: true
 	// the cut-off owner's write is fenced: true
+	// drained on leave with the lease live: true
 	// converged after the heal: true
+}
+
+// check stops the example at an error.
+func check(err error) {
+	if err != nil {
+		panic(err)
+	}
 }
