@@ -95,6 +95,7 @@ type loop struct {
 	unreach  []string              // those the current view marks Unreachable
 	reaching bool                  // a reach check is in flight
 	reachAt  time.Time             // when the last reach check started
+	health   func() int            // memberlist's health score; tests set it
 }
 
 // knownMember is a member once seen, for rejoin after a partition heals.

@@ -166,6 +166,9 @@ func (l *loop) unreachable() []string {
 // troubled reports whether memberlist's health score is above zero: its
 // own probes are failing. Only then do missed pings count.
 func (l *loop) troubled() bool {
+	if l.health != nil {
+		return l.health() > 0
+	}
 	return l.c.ml != nil && l.c.ml.GetHealthScore() > 0
 }
 

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -146,4 +147,45 @@ func (d *deafTransport) Shutdown() error {
 	d.once.Do(func() { close(d.done) })
 	d.wg.Wait()
 	return err
+}
+
+// The rule the reach check counts by, on a stopped clock: a member counts
+// as unreachable only while memberlist reports trouble, after reachMisses
+// checks and reachSpan of misses, and for reachHold at most.
+func TestReachRule(t *testing.T) {
+	cfg := LocalConfig()
+	clk := &stepClock{now: time.Unix(1000, 0)}
+	cfg.Clock = clk
+	health := 1
+	l := &loop{c: &Coordinator{cfg: cfg}, reach: map[string]reachState{}, health: func() int { return health }}
+	span, hold := reachSpan(cfg), reachHold(cfg)
+	if span != 1500*time.Millisecond || hold != 5*time.Second {
+		t.Fatalf("local preset: span %v, hold %v; want 1.5s, 5s (the README says so)", span, hold)
+	}
+	l.reach["a"] = reachState{misses: 2, since: clk.now}
+	l.reach["b"] = reachState{misses: 3, since: clk.now}
+	for _, c := range []struct {
+		after  time.Duration
+		health int
+		want   []string
+	}{
+		{span - time.Millisecond, 1, nil},
+		{span, 1, []string{"b"}}, // a missed only two checks
+		{span, 0, nil},           // no trouble: memberlist decides
+		{span + hold - time.Millisecond, 3, []string{"b"}},
+		{span + hold, 3, nil}, // held long enough: counted again
+	} {
+		clk.now, health = time.Unix(1000, 0).Add(c.after), c.health
+		if got := l.unreachable(); !slices.Equal(got, c.want) {
+			t.Errorf("%v after the first miss, health %d: unreachable %v, want %v", c.after, c.health, got, c.want)
+		}
+	}
+}
+
+// stepClock is a Clock that moves only when told.
+type stepClock struct{ now time.Time }
+
+func (c *stepClock) Now() time.Time { return c.now }
+func (c *stepClock) NewTicker(time.Duration) (<-chan time.Time, func()) {
+	return make(chan time.Time), func() {}
 }
