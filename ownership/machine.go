@@ -951,6 +951,12 @@ func (m *Machine) step(p uint32) {
 		}
 	case Unowned:
 		if !m.wants(p) {
+			if !m.q.ok && !m.leaving && m.place != nil && m.place.Owner(p) == m.cfg.Self.Name {
+				// Placed here, but no quorum: claim nothing, and keep the
+				// wait for the holder running. Its time to step down does
+				// not start over because this node's quorum blinked.
+				return
+			}
 			s.waitFor, s.wanting = Claim{}, false
 			return
 		}
