@@ -166,7 +166,10 @@ async function call(method, key, req, requestId, timeoutMs) {
       try {
         const resp = await unary(kv(r.e.address), method, req, md, Math.min(2000, Math.max(1, deadline - Date.now())));
         if (resp.partition !== r.p) stats.partition_mismatch++;
-        if (resp.owner !== r.e.owner) stats.owner_mismatch++;
+        // A retry whose request id an earlier owner applied already is
+        // answered with that first response, naming the earlier owner:
+        // only a first attempt must name the owner it was sent to.
+        if (attempt === 0 && resp.owner !== r.e.owner) stats.owner_mismatch++;
         return resp;
       } catch (err) {
         classify(err);
