@@ -972,7 +972,13 @@ func (m *Machine) step(p uint32) {
 			return
 		}
 		if m.now < s.rivalUntil && !s.holder.Released && s.holder.Token.Owner != m.cfg.Self.Name {
-			return // fenced out by a rival this node can't see (see lose)
+			// Fenced out by a rival this node can't see (see lose). Its
+			// grace period as a dead holder runs meanwhile, so that it
+			// does not start only when the respect ends.
+			if s.waitFor != s.holder {
+				s.waitFor, s.waitSince = s.holder, m.now
+			}
+			return
 		}
 		s.fencedView = 0
 		if !m.mayClaim(p) || m.now < s.retryAt || s.call != noCall ||
