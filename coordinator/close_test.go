@@ -75,16 +75,15 @@ func (b *blackHole) accepted() (int, time.Time) {
 	return len(b.times), b.times[len(b.times)-1]
 }
 
-// Issue 11, defect 9: Leave never returned if Close ran during the
-// handoff. With a Release that drains until its context ends (and a
-// ReleaseTimeout far away), Close makes Leave return ErrClosed.
-func TestLeaveReturnsWhenCloseRunsDuringTheHandoff(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// drainingLeaver starts a two-node cluster, prefix0 and prefix1, and
+// returns prefix1, whose Release of a live lease drains until its context
+// ends (ReleaseTimeout is a minute away), with a channel that receives
+// once per such Release.
+func drainingLeaver(ctx context.Context, t *testing.T, prefix string) (*testNode, <-chan struct{}) {
+	t.Helper()
 	draining := make(chan struct{}, testPartitions)
 	tc := newTestCluster(t, func(c *Config) {
-		if c.Name != "v1" {
+		if c.Name != prefix+"1" {
 			return
 		}
 		c.ReleaseTimeout = time.Minute
@@ -96,8 +95,18 @@ func TestLeaveReturnsWhenCloseRunsDuringTheHandoff(t *testing.T) {
 			return nil
 		}}
 	})
-	tc.startNodes(ctx, "v", 2)
-	leaver := tc.remove("v1")
+	tc.startNodes(ctx, prefix, 2)
+	return tc.remove(prefix + "1"), draining
+}
+
+// Issue 11, defect 9: Leave never returned if Close ran during the
+// handoff. With a Release that drains until its context ends (and a
+// ReleaseTimeout far away), Close makes Leave return ErrClosed.
+func TestLeaveReturnsWhenCloseRunsDuringTheHandoff(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leaver, draining := drainingLeaver(ctx, t, "v")
 	left := make(chan error, 1)
 	go func() { left <- leaver.c.Leave(ctx) }()
 	select {

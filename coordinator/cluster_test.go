@@ -419,14 +419,7 @@ func TestOtherClusterRefused(t *testing.T) {
 	cfg := testConfig("b0")
 	cfg.ClusterName = "other"
 	cfg.Handler = HandlerFuncs{}
-	b, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	b := startAlone(ctx, t, cfg)
 	jerr := b.Join(ctx, []string{tc.seed})
 	// Whether or not memberlist reports the refusal on join, neither side may
 	// place the other in its table.
@@ -515,4 +508,19 @@ func TestClusterLeaveSoonAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.waitConverged(ctx)
+}
+
+// startAlone starts a coordinator of cfg (its Seeds, if any, are joined)
+// and closes it when the test ends.
+func startAlone(ctx context.Context, t *testing.T, cfg Config) *Coordinator {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

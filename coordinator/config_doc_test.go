@@ -286,14 +286,7 @@ func TestLeaseCauseAfterClose(t *testing.T) {
 		released <- l.Err()
 		return nil
 	}}
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startAlone(ctx, t, cfg)
 	if err := c.WaitConverged(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -369,14 +369,7 @@ func TestLeaseServedOnlyAfterFenceAndAcquire(t *testing.T) {
 		}
 		return nil
 	}}
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startAlone(ctx, t, cfg)
 	noLease := func(when string) {
 		t.Helper()
 		for p := range uint32(2) {
@@ -467,14 +460,7 @@ func TestLeaseLostDuringAcquireIsReleased(t *testing.T) {
 			return nil
 		},
 	}
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startAlone(ctx, t, cfg)
 	var l *ownership.Lease
 	select {
 	case l = <-acquiring:

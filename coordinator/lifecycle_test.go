@@ -37,6 +37,19 @@ func lifeConfig(name string) Config {
 	return cfg
 }
 
+// holeSeeded is lifeConfig on a free loopback address (returned, to check
+// its gossip later) with hole as its only seed and a TCPTimeout far past
+// any test's deadline.
+func holeSeeded(t *testing.T, name string, hole *blackHole) (Config, string, int) {
+	t.Helper()
+	host, port := freeAddr(t)
+	cfg := lifeConfig(name)
+	cfg.BindAddr, cfg.BindPort = host, port
+	cfg.Seeds = []string{hole.ln.Addr().String()}
+	slowTCP(&cfg)
+	return cfg, host, port
+}
+
 // freeAddr returns a loopback address whose TCP and UDP ports were free a
 // moment ago.
 func freeAddr(t *testing.T) (string, int) {
@@ -101,11 +114,7 @@ func TestCloseDuringStart(t *testing.T) {
 	hole := newBlackHole(t, "127.0.0.1:0", true)
 	for i := range 30 {
 		ictx, icancel := context.WithTimeout(ctx, lifeDeadline)
-		host, port := freeAddr(t)
-		cfg := lifeConfig(fmt.Sprintf("s%d", i))
-		cfg.BindAddr, cfg.BindPort = host, port
-		cfg.Seeds = []string{hole.ln.Addr().String()}
-		slowTCP(&cfg)
+		cfg, host, port := holeSeeded(t, fmt.Sprintf("s%d", i), hole)
 		c, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -151,11 +160,7 @@ func TestStartReturnsWhenItsContextEnds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
 	defer cancel()
 	hole := newBlackHole(t, "127.0.0.1:0", true)
-	host, port := freeAddr(t)
-	cfg := lifeConfig("sctx")
-	cfg.BindAddr, cfg.BindPort = host, port
-	cfg.Seeds = []string{hole.ln.Addr().String()}
-	slowTCP(&cfg)
+	cfg, host, port := holeSeeded(t, "sctx", hole)
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -280,14 +285,7 @@ func TestShutdownEndsDialsInProgress(t *testing.T) {
 			addr, hung := tt.peer(ctx, t)
 			cfg := lifeConfig("dial-" + tt.name)
 			slowTCP(&cfg)
-			c, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if err := c.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
+			c := startAlone(ctx, t, cfg)
 			joined := make(chan error, 1)
 			go func() { joined <- c.Join(context.Background(), []string{addr}) }()
 			waitFor(ctx, t, "the join's dial to hang", hung)
@@ -487,22 +485,7 @@ func TestLeaveReturnsWhenItsContextEndsDuringTheHandoff(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	draining := make(chan struct{}, testPartitions)
-	tc := newTestCluster(t, func(c *Config) {
-		if c.Name != "x1" {
-			return
-		}
-		c.ReleaseTimeout = time.Minute
-		c.Handler = HandlerFuncs{ReleaseFunc: func(ctx context.Context, l *ownership.Lease) error {
-			if l.Err() == nil {
-				draining <- struct{}{}
-				<-ctx.Done() // drains until told to stop
-			}
-			return nil
-		}}
-	})
-	tc.startNodes(ctx, "x", 2)
-	leaver := tc.remove("x1")
+	leaver, draining := drainingLeaver(ctx, t, "x")
 	lctx, lcancel := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() { left <- leaver.c.Leave(lctx) }()
@@ -529,11 +512,7 @@ func TestStartWhoseJoinFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
 	defer cancel()
 	hole := newBlackHole(t, "127.0.0.1:0", false)
-	host, port := freeAddr(t)
-	cfg := lifeConfig("sfail")
-	cfg.BindAddr, cfg.BindPort = host, port
-	cfg.Seeds = []string{hole.ln.Addr().String()}
-	slowTCP(&cfg)
+	cfg, host, port := holeSeeded(t, "sfail", hole)
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -589,14 +568,7 @@ func TestShutdownEndsAcceptedStreams(t *testing.T) {
 	waitFor(ctx, t, "earlier tests' stream handlers to end", func() bool { return handlingStreams() == 0 })
 	cfg := lifeConfig("accepted")
 	slowTCP(&cfg)
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startAlone(ctx, t, cfg)
 	silent, err := net.Dial("tcp", c.GossipAddr())
 	if err != nil {
 		t.Fatal(err)
