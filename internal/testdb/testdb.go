@@ -6,15 +6,20 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
-	_ "modernc.org/sqlite"             // the "sqlite" driver
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
+	_ "modernc.org/sqlite"           // the "sqlite" driver
+
+	"github.com/tenure-go/tenure/internal/netdelay"
 )
 
 // DefaultPostgresDSN is the local test server, used when
@@ -89,6 +94,36 @@ func PostgresPublic(t testing.TB) *sql.DB {
 	t.Helper()
 	dsn, source := PostgresDSN()
 	return openPostgres(t, dsn, source)
+}
+
+// PostgresPublicDelayed is PostgresPublic reached through a proxy on
+// loopback that delays each direction by delay (see internal/netdelay): a
+// round trip to the server takes 2*delay longer, as it would across a
+// network. The proxy closes when the test ends.
+func PostgresPublicDelayed(t testing.TB, delay time.Duration) *sql.DB {
+	t.Helper()
+	dsn, source := PostgresDSN()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("parse the PostgreSQL DSN from %s: %v", source, err)
+	}
+	p, err := netdelay.Start(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), delay)
+	if err != nil {
+		t.Fatalf("delay proxy to PostgreSQL at %s: %v", source, err)
+	}
+	t.Cleanup(func() { p.Close() })
+	host, port, _ := net.SplitHostPort(p.Addr())
+	n, _ := strconv.Atoi(port)
+	cfg.Host, cfg.Port, cfg.Fallbacks = host, uint16(n), nil
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { db.Close() }) // before the proxy's Close
+	db.SetMaxOpenConns(maxPostgresConns)
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatalf("PostgreSQL at %s through a delay proxy is unreachable: %v", source, err)
+	}
+	return db
 }
 
 // PostgresSchemaDSN creates a schema with a unique name on the PostgreSQL
