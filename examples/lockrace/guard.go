@@ -85,9 +85,14 @@ func (g unguarded) lock(context.Context, string) (held, error) {
 
 // tenureGuard: each key's partition has an owner node holding a fencing
 // token, and every transaction of the critical section is the owner's
-// fenced transaction (DoConn, Exact). Taking the guard is holding the
-// partition's lease: a node that does not hold it claims it from the
-// authority, which fences out the previous holder.
+// fenced transaction (DoConn, Exact, on a Concurrent fence: the
+// partition's transactions share its row lock). Taking the guard is
+// holding the partition's lease, and the owner's own lock on the key: a
+// node that does not hold the lease claims it from the authority, which
+// fences out the previous holder; the owner's clients, all in its
+// process, take turns on a key under a mutex in its memory. Nothing
+// outside the owner's process is asked for a lock: the fence keeps other
+// nodes out, the mutex orders the owner's own writes.
 type tenureGuard struct {
 	fence      *sqlfence.Fence
 	partitions uint32
@@ -99,8 +104,17 @@ type tenureGuard struct {
 type tenureNode struct {
 	g    *tenureGuard
 	node ownership.Node
+	keys sync.Map // key -> *sync.Mutex, the owner's lock per key
 	mu   sync.Mutex
-	toks map[uint32]ownership.Token
+	toks map[uint32]*partitionToken
+}
+
+// partitionToken is a node's token for one partition, claimed once: mu
+// is held while it is claimed, so that two clients of the node never
+// claim it twice (the second claim would fence the first).
+type partitionToken struct {
+	mu sync.Mutex
+	t  ownership.Token // zero until claimed
 }
 
 func (g *tenureGuard) name() string { return "tenure" }
@@ -115,7 +129,7 @@ func (g *tenureGuard) worker(_ context.Context, who string) (worker, error) {
 	if !ok {
 		h := fnv.New64a()
 		h.Write([]byte(who))
-		n = &tenureNode{g: g, node: ownership.Node{Name: who, Incarnation: h.Sum64()}, toks: map[uint32]ownership.Token{}}
+		n = &tenureNode{g: g, node: ownership.Node{Name: who, Incarnation: h.Sum64()}, toks: map[uint32]*partitionToken{}}
 		g.nodes[who] = n
 	}
 	return n, nil
@@ -129,18 +143,39 @@ func (g *tenureGuard) partition(key string) uint32 {
 
 func (n *tenureNode) close() {}
 
-// lock returns the node's token for key's partition, claiming the
-// partition first if the node does not hold it.
+// lock takes the node's lock on key and returns it with the node's token
+// for key's partition, claiming the partition first if the node does not
+// hold it.
 func (n *tenureNode) lock(ctx context.Context, key string) (held, error) {
-	p := n.g.partition(key)
+	m, _ := n.keys.LoadOrStore(key, new(sync.Mutex))
+	km := m.(*sync.Mutex)
+	km.Lock()
+	t, err := n.token(ctx, n.g.partition(key))
+	if err != nil {
+		km.Unlock()
+		return nil, err
+	}
+	return tenureHeld{f: n.g.fence, t: t, key: km}, nil
+}
+
+// token returns the node's token for partition p, claiming it first if
+// the node does not hold it.
+func (n *tenureNode) token(ctx context.Context, p uint32) (ownership.Token, error) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if t, ok := n.toks[p]; ok {
-		return tenureHeld{f: n.g.fence, t: t}, nil
+	pt, ok := n.toks[p]
+	if !ok {
+		pt = &partitionToken{}
+		n.toks[p] = pt
+	}
+	n.mu.Unlock()
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if !pt.t.IsZero() {
+		return pt.t, nil
 	}
 	seen, err := n.g.fence.Current(ctx, p)
 	if err != nil {
-		return nil, err
+		return ownership.Token{}, err
 	}
 	for range 10 {
 		t, err := n.g.fence.Authority().Claim(ctx, p, n.node, seen)
@@ -149,24 +184,29 @@ func (n *tenureNode) lock(ctx context.Context, key string) (held, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return ownership.Token{}, err
 		}
-		n.toks[p] = t
-		return tenureHeld{f: n.g.fence, t: t}, nil
+		pt.t = t
+		return t, nil
 	}
-	return nil, fmt.Errorf("claim of p%d kept losing", p)
+	return ownership.Token{}, fmt.Errorf("claim of p%d kept losing", p)
 }
 
 type tenureHeld struct {
-	f *sqlfence.Fence
-	t ownership.Token
+	f   *sqlfence.Fence
+	t   ownership.Token
+	key *sync.Mutex // the owner's lock on the key, held
 }
 
 func (h tenureHeld) tx(ctx context.Context, fn func(q sqlfence.Tx) error) error {
 	return h.f.DoConn(ctx, h.t, ownership.Exact, fn)
 }
 
-func (h tenureHeld) unlock(context.Context) error { return nil } // the lease stays
+// unlock gives up the owner's lock on the key; the lease stays.
+func (h tenureHeld) unlock(context.Context) error {
+	h.key.Unlock()
+	return nil
+}
 
 // advisory: pg_advisory_xact_lock on the key, in the transaction that
 // runs the critical section: the lock and the writes share one

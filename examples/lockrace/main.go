@@ -9,20 +9,24 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	goredislib "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/tenure-go/tenure/internal/netdelay"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -39,6 +43,9 @@ type config struct {
 	partitions   int
 	redsyncDelay time.Duration
 	pauseBound   time.Duration
+	// delay is added to each direction of every round trip to the
+	// services, by proxies on loopback: 0 runs them as they are.
+	delay time.Duration
 }
 
 func defaultConfig() config {
@@ -70,6 +77,7 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", cfg.duration, "time each guard runs per round")
 	flag.IntVar(&cfg.rounds, "rounds", cfg.rounds, "rounds (each runs every guard, in a rotating order)")
 	flag.IntVar(&cfg.partitions, "partitions", cfg.partitions, "tenure's partitions")
+	flag.DurationVar(&cfg.delay, "delay", 0, "time added to each direction of every round trip to PostgreSQL, Redis and etcd, by proxies on loopback: the services as if across a network (this machine's timers add about 0.1 ms)")
 	flag.DurationVar(&cfg.redsyncDelay, "redsync-delay", cfg.redsyncDelay, "redsync's wait between tries for a taken lock; 0 keeps redsync's own default (50-250 ms at random, 32 tries)")
 	flag.Parse()
 	cfg.etcd = strings.Split(*etcd, ",")
@@ -127,8 +135,37 @@ func connect(ctx context.Context, cfg config) (*env, error) {
 	var b [4]byte
 	rand.Read(b[:])
 	e := &env{id: hex.EncodeToString(b[:])}
+	redisAddr, etcd := cfg.redis, cfg.etcd
+	if cfg.delay > 0 {
+		var err error
+		if redisAddr, err = e.delayed(cfg.redis, cfg.delay); err != nil {
+			e.close()
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+		etcd = nil
+		for _, ep := range cfg.etcd {
+			addr, err := e.delayed(strings.TrimPrefix(ep, "http://"), cfg.delay)
+			if err != nil {
+				e.close()
+				return nil, fmt.Errorf("etcd: %w", err)
+			}
+			etcd = append(etcd, addr)
+		}
+	}
+	via := func(host string, port uint16) (string, uint16, error) { return host, port, nil }
+	if cfg.delay > 0 {
+		via = func(host string, port uint16) (string, uint16, error) {
+			addr, err := e.delayed(net.JoinHostPort(host, strconv.Itoa(int(port))), cfg.delay)
+			if err != nil {
+				return "", 0, fmt.Errorf("PostgreSQL: %w", err)
+			}
+			host, p, _ := net.SplitHostPort(addr)
+			n, _ := strconv.Atoi(p)
+			return host, uint16(n), nil
+		}
+	}
 	var err error
-	if e.db, err = openPostgres(ctx, cfg.dsn, cfg.clients+4, nil); err != nil {
+	if e.db, err = openPostgres(ctx, cfg.dsn, cfg.clients+4, nil, via); err != nil {
 		e.close()
 		return nil, err
 	}
@@ -136,18 +173,18 @@ func connect(ctx context.Context, cfg config) (*env, error) {
 	// The pause scenario's sessions end when idle in a transaction for
 	// 1.5 s, as kvstore's do (2 s): the bound any database guard needs for
 	// a paused holder of a row or advisory lock.
-	if e.pausedb, err = openPostgres(ctx, cfg.dsn, 4, map[string]string{"idle_in_transaction_session_timeout": "1500"}); err != nil {
+	if e.pausedb, err = openPostgres(ctx, cfg.dsn, 4, map[string]string{"idle_in_transaction_session_timeout": "1500"}, via); err != nil {
 		e.close()
 		return nil, err
 	}
 	e.cleanup = append(e.cleanup, func(context.Context) { e.pausedb.Close() })
-	e.rdb = goredislib.NewClient(&goredislib.Options{Addr: cfg.redis, PoolSize: cfg.clients + 4})
+	e.rdb = goredislib.NewClient(&goredislib.Options{Addr: redisAddr, PoolSize: cfg.clients + 4})
 	e.cleanup = append(e.cleanup, func(context.Context) { e.rdb.Close() })
 	if err := e.rdb.Ping(ctx).Err(); err != nil {
 		e.close()
 		return nil, fmt.Errorf("redis at %s is unreachable: %w", cfg.redis, err)
 	}
-	e.etcd, err = clientv3.New(clientv3.Config{Endpoints: cfg.etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	e.etcd, err = clientv3.New(clientv3.Config{Endpoints: etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		e.close()
 		return nil, err
@@ -162,9 +199,21 @@ func connect(ctx context.Context, cfg config) (*env, error) {
 	return e, nil
 }
 
-// openPostgres opens dsn with the given run-time parameters and checks
-// that the server answers.
-func openPostgres(ctx context.Context, dsn string, conns int, params map[string]string) (*sql.DB, error) {
+// delayed starts a proxy to addr that adds delay to each direction, closed
+// with e, and returns the proxy's address.
+func (e *env) delayed(addr string, delay time.Duration) (string, error) {
+	p, err := netdelay.Start(addr, delay)
+	if err != nil {
+		return "", err
+	}
+	// Cleanups run last to first: the proxies close after the clients.
+	e.cleanup = append([]func(context.Context){func(context.Context) { p.Close() }}, e.cleanup...)
+	return p.Addr(), nil
+}
+
+// openPostgres opens dsn with the given run-time parameters, at the
+// address via gives for the DSN's, and checks that the server answers.
+func openPostgres(ctx context.Context, dsn string, conns int, params map[string]string, via func(string, uint16) (string, uint16, error)) (*sql.DB, error) {
 	if len(params) > 0 {
 		if strings.Contains(dsn, "://") {
 			u, err := url.Parse(dsn)
@@ -183,10 +232,15 @@ func openPostgres(ctx context.Context, dsn string, conns int, params map[string]
 			}
 		}
 	}
-	db, err := sql.Open("pgx", dsn)
+	pc, err := pgx.ParseConfig(dsn)
 	if err != nil {
+		return nil, errors.New("the PostgreSQL DSN does not parse")
+	}
+	if pc.Host, pc.Port, err = via(pc.Host, pc.Port); err != nil {
 		return nil, err
 	}
+	pc.Fallbacks = nil
+	db := stdlib.OpenDB(*pc)
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -200,7 +254,7 @@ func openPostgres(ctx context.Context, dsn string, conns int, params map[string]
 
 // guards builds the five guards on db.
 func (e *env) guards(ctx context.Context, cfg config, db *sql.DB, expiry time.Duration) ([]guard, error) {
-	fence, err := sqlfence.New(db, sqlfence.Postgres(), sqlfence.Config{Table: "lockrace_fence_" + e.id})
+	fence, err := sqlfence.New(db, sqlfence.Postgres(), sqlfence.Config{Table: "lockrace_fence_" + e.id, Concurrent: true})
 	if err != nil {
 		return nil, err
 	}
@@ -304,23 +358,31 @@ func measure(ctx context.Context, cfg config) (*report, error) {
 }
 
 func (r *report) print(out io.Writer, cfg config) {
+	prefix := "locks"
+	if cfg.delay > 0 {
+		prefix = "locks_far" // the services behind delay proxies
+	}
 	base := r.results["unguarded"].opsPerSecond()
 	for _, n := range guardNames {
 		res := r.results[n]
-		fmt.Fprintf(out, "figure: locks.%s.ops_per_second %.0f\n", n, res.opsPerSecond())
-		fmt.Fprintf(out, "figure: locks.%s.p50_ms %.2f\n", n, res.quantile(0.5))
-		fmt.Fprintf(out, "figure: locks.%s.p99_ms %.2f\n", n, res.quantile(0.99))
-		fmt.Fprintf(out, "figure: locks.%s.over_unguarded %.2f\n", n, res.opsPerSecond()/base)
-		fmt.Fprintf(out, "figure: locks.%s.lost_updates %d\n", n, res.lost)
-		fmt.Fprintf(out, "figure: locks.%s.failed %d\n", n, res.failed)
-		fmt.Fprintf(out, "figure: locks.%s.stale_writes_landed %d\n", n, btoi(r.landed[n]))
+		fmt.Fprintf(out, "figure: %s.%s.ops_per_second %.0f\n", prefix, n, res.opsPerSecond())
+		fmt.Fprintf(out, "figure: %s.%s.p50_ms %.2f\n", prefix, n, res.quantile(0.5))
+		fmt.Fprintf(out, "figure: %s.%s.p99_ms %.2f\n", prefix, n, res.quantile(0.99))
+		fmt.Fprintf(out, "figure: %s.%s.over_unguarded %.2f\n", prefix, n, res.opsPerSecond()/base)
+		fmt.Fprintf(out, "figure: %s.%s.lost_updates %d\n", prefix, n, res.lost)
+		fmt.Fprintf(out, "figure: %s.%s.failed %d\n", prefix, n, res.failed)
+		fmt.Fprintf(out, "figure: %s.%s.stale_writes_landed %d\n", prefix, n, btoi(r.landed[n]))
 	}
 	tenure := r.results["tenure"].opsPerSecond()
-	fmt.Fprintf(out, "figure: locks.tenure.over_redsync %.2f\n", tenure/r.results["redsync"].opsPerSecond())
-	fmt.Fprintf(out, "figure: locks.tenure.over_etcd_mutex %.2f\n", tenure/r.results["etcd_mutex"].opsPerSecond())
+	fmt.Fprintf(out, "figure: %s.tenure.over_redsync %.2f\n", prefix, tenure/r.results["redsync"].opsPerSecond())
+	fmt.Fprintf(out, "figure: %s.tenure.over_etcd_mutex %.2f\n", prefix, tenure/r.results["etcd_mutex"].opsPerSecond())
 
-	fmt.Fprintf(out, "\n%d clients, %d keys (%d hot, %.0f%% of writes), %v per guard x %d rounds; each write reads a counter and writes it plus one\n\n",
+	fmt.Fprintf(out, "\n%d clients, %d keys (%d hot, %.0f%% of writes), %v per guard x %d rounds; each write reads a counter and writes it plus one\n",
 		cfg.clients, cfg.keys, cfg.hot, 100*cfg.hotShare, cfg.duration, cfg.rounds)
+	if cfg.delay > 0 {
+		fmt.Fprintf(out, "PostgreSQL, Redis and etcd behind proxies adding %v to each direction of a round trip\n", cfg.delay)
+	}
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "guard\tops/s\tp50 ms\tp99 ms\tx unguarded\tlost updates\tstale write landed\t")
 	for _, n := range guardNames {

@@ -114,7 +114,7 @@ func (f *Fence) DoConn(ctx context.Context, t ownership.Token, m ownership.Mode,
 // begin opens the transaction on conn and checks t in one message,
 // leaving t's partition row locked if t passes.
 func (f *Fence) begin(ctx context.Context, conn *sql.Conn, t ownership.Token, m ownership.Mode) error {
-	msg := f.sql.beginCheck(t, m)
+	msg := f.sql.beginCheck(t, m, f.shared())
 	res, err := conn.ExecContext(ctx, msg)
 	if err != nil {
 		// Perhaps the statements are not prepared on this connection yet.

@@ -27,6 +27,9 @@ type Dialect struct {
 	// partition's row against concurrent fences until the transaction ends
 	// and returns its epoch, owner and incarnation. %s is the table.
 	lock string
+	// share is lock taking a lock that conflicts with fences but not with
+	// other shares (Config.Concurrent), or "" if the engine has none.
+	share string
 	// prepare: keep the lock statement prepared on each connection. The
 	// pgx driver caches prepared statements itself, and drops them when
 	// the table changes, which a *sql.Stmt would not; modernc.org/sqlite
@@ -75,7 +78,11 @@ func Postgres() Dialect {
 		// FOR NO KEY UPDATE conflicts with every UPDATE of the row, so a
 		// fence waits until the transaction ends; a transaction that waited
 		// behind a fence reads the row as the fence left it.
-		lock:    `SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1 FOR NO KEY UPDATE`,
+		lock: `SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1 FOR NO KEY UPDATE`,
+		// FOR SHARE conflicts with the NO KEY UPDATE lock of a fence's
+		// UPDATE, and not with other shares (FOR KEY SHARE would not
+		// conflict with the fence).
+		share:   `SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1 FOR SHARE`,
 		oneTrip: true,
 	}
 }
@@ -96,6 +103,7 @@ type statements struct {
 	fence   string
 	current string
 	lock    string
+	share   string // "" if the dialect has no shared lock
 	claim   string
 }
 
@@ -112,6 +120,7 @@ func (d Dialect) statements(table string) statements {
 		fence:   fenceSQL(table, d.collate, "$1, $2, $3, $4"),
 		current: fmt.Sprintf(`SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1`, table),
 		lock:    fmt.Sprintf(d.lock, table),
+		share:   shareSQL(d.share, table),
 		claim: fmt.Sprintf(`INSERT INTO %s AS f (partition_id, epoch, owner, incarnation)
 VALUES ($1, $4 + 1, $2, $3)
 ON CONFLICT (partition_id) DO UPDATE
@@ -133,12 +142,19 @@ WHERE (f.epoch, f.owner COLLATE %[3]s, f.incarnation COLLATE %[3]s)
 	< (excluded.epoch, excluded.owner COLLATE %[3]s, excluded.incarnation COLLATE %[3]s)`, table, values, collate)
 }
 
-// checkSQL locks partition $1's row and returns it if the mark is the
-// token ($2, $3, $4): a row returned means the transaction holds the
-// partition under that token.
-func (s statements) checkSQL() string {
+func shareSQL(share, table string) string {
+	if share == "" {
+		return ""
+	}
+	return fmt.Sprintf(share, table)
+}
+
+// checkSQL locks partition $1's row, in mode (NO KEY UPDATE or SHARE),
+// and returns it if the mark is the token ($2, $3, $4): a row returned
+// means the transaction holds the partition under that token.
+func (s statements) checkSQL(mode string) string {
 	return fmt.Sprintf(`SELECT 1 FROM %[1]s WHERE partition_id = $1 AND epoch = $2
-	AND owner COLLATE %[2]s = $3 AND incarnation COLLATE %[2]s = $4 FOR NO KEY UPDATE`, s.table, s.collate)
+	AND owner COLLATE %[2]s = $3 AND incarnation COLLATE %[2]s = $4 FOR %[3]s`, s.table, s.collate, mode)
 }
 
 // prepared names the server-side prepared statements DoConn runs on
@@ -150,11 +166,13 @@ func (s statements) prepared(kind string) string {
 }
 
 // prepare is what DoConn sends, once per connection, to prepare its
-// statements on PostgreSQL: the check and the fence statement.
+// statements on PostgreSQL: the checks (exclusive and shared) and the
+// fence statement.
 func (s statements) prepare() []string {
 	const params = "(BIGINT, BIGINT, TEXT, TEXT)"
 	return []string{
-		"PREPARE " + s.prepared("check") + " " + params + " AS " + s.checkSQL(),
+		"PREPARE " + s.prepared("check") + " " + params + " AS " + s.checkSQL("NO KEY UPDATE"),
+		"PREPARE " + s.prepared("share") + " " + params + " AS " + s.checkSQL("SHARE"),
 		"PREPARE " + s.prepared("raise") + " " + params + " AS " + s.fence,
 	}
 }
@@ -162,22 +180,25 @@ func (s statements) prepare() []string {
 // beginCheck is the message DoConn sends first on PostgreSQL: BEGIN; in
 // Monotonic mode the fence statement, which locks the row whether or not
 // it raises the mark; and the check, which returns a row only if the mark
-// is t. The statements are prepared (see prepare): a message of several
-// statements is parsed and planned anew each time, which costs more than
-// the round trip it saves.
+// is t (under a shared lock if shared, in Exact mode). The statements are
+// prepared (see prepare): a message of several statements is parsed and
+// planned anew each time, which costs more than the round trip it saves.
 //
 // A message of several statements takes no parameters, so the token goes
 // in as literals: numbers in decimal, the incarnation in hex, and the
 // owner quoted if it holds only letters, digits and "-_.:/@", else as hex
 // that the server decodes, so no byte of a name is ever read as SQL.
-func (s statements) beginCheck(t ownership.Token, m ownership.Mode) string {
+func (s statements) beginCheck(t ownership.Token, m ownership.Mode, shared bool) string {
 	args := "(" + strconv.FormatUint(uint64(t.Partition), 10) + ", " + strconv.FormatUint(t.Epoch, 10) +
 		", " + ownerLiteral(t.Owner) + ", '" + incarnationText(t.Incarnation) + "')"
 	msg := "BEGIN; "
+	check := "check"
 	if m == ownership.Monotonic {
 		msg += "EXECUTE " + s.prepared("raise") + args + "; "
+	} else if shared {
+		check = "share"
 	}
-	return msg + "EXECUTE " + s.prepared("check") + args
+	return msg + "EXECUTE " + s.prepared(check) + args
 }
 
 // ownerLiteral is owner as a SQL expression of type text.

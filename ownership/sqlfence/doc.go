@@ -69,7 +69,22 @@
 // Do transactions on one partition run one at a time: the check locks the
 // partition's row until the transaction ends, and a Fence waits for them.
 // Different partitions proceed in parallel on PostgreSQL; SQLite has one
-// writer for the whole database.
+// writer for the whole database. With Config.Concurrent, the Exact
+// transactions of a partition on PostgreSQL share the row's lock and run
+// side by side (a Fence still waits for every one): for an owner that
+// orders its own writes per key, whose partition's transactions would
+// otherwise wait for each other's round trips.
+//
+// # Cost
+//
+// The check is one statement more in the transaction, not one round trip
+// more: DoConn sends it with BEGIN. Its price is the server's work on it,
+// an index lookup and a row lock. On loopback, where a round trip costs
+// little more than that work, a fenced transaction of one upsert runs at
+// about 0.8x the unfenced one; across a network (about 2 ms a round trip,
+// through a delay proxy) at 0.98x. Do, which hands fn a *sql.Tx, sends the
+// check in a round trip of its own: 0.75x there. The package's TestFigures
+// prints these.
 //
 // So a holder paused (SIGSTOP, a long GC, a frozen VM) or cut off from the
 // database inside Do keeps its lock: the partition's row on PostgreSQL,

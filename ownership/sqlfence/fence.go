@@ -54,6 +54,21 @@ type Config struct {
 	// authentic when it was fenced. Default nil: marks are reported
 	// unsigned.
 	Signer Signer
+	// Concurrent lets the Exact transactions of Do and DoConn on one
+	// partition run side by side on PostgreSQL: the check takes a shared
+	// lock on the partition's row (FOR SHARE) instead of an exclusive
+	// one. A fence, or a claim of the SQL authority, still waits for
+	// every one of them to end, so the fencing guarantees are unchanged;
+	// what goes is the order: transactions of one partition that read and
+	// write the same rows must serialize themselves, with row locks
+	// (SELECT ... FOR UPDATE) or with the owner's own lock per key. Set it
+	// when the owner already serializes its writes per key, or when a
+	// partition's transactions must not wait for each other's round
+	// trips. Monotonic transactions still lock the row exclusively (they
+	// may raise the mark). SQLite has one writer at a time and ignores
+	// it. Default false: the transactions of a partition run one at a
+	// time.
+	Concurrent bool
 }
 
 // Validate reports whether c is usable. It does not modify c.
@@ -78,6 +93,7 @@ type Fence struct {
 	sql    statements
 	verify Verifier
 	sign   Signer
+	conc   bool // Config.Concurrent
 
 	mu       sync.Mutex
 	lockStmt atomic.Pointer[sql.Stmt] // the lock statement, prepared on first use
@@ -103,7 +119,7 @@ func New(db *sql.DB, d Dialect, cfg Config) (*Fence, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Fence{db: db, d: d, sql: d.statements(table), verify: cfg.Verifier, sign: cfg.Signer}, nil
+	return &Fence{db: db, d: d, sql: d.statements(table), verify: cfg.Verifier, sign: cfg.Signer, conc: cfg.Concurrent}, nil
 }
 
 // CreateSchema creates the fence table if it does not exist:
@@ -183,7 +199,9 @@ func (f *Fence) Current(ctx context.Context, p uint32) (ownership.Token, error) 
 // ends: fn sees a mark that cannot change under it, a concurrent Fence waits
 // for the commit, and Do transactions on one partition run one at a time
 // (different partitions do not wait for each other, except that SQLite has
-// one writer for the whole database).
+// one writer for the whole database). With Config.Concurrent, the Exact
+// transactions of a partition on PostgreSQL share the lock and run side by
+// side; a Fence still waits for all of them.
 //
 // fn must do all its work through tx and must not commit or roll back.
 // If fn returns an error (or panics) the transaction rolls back and Do
@@ -257,8 +275,15 @@ func (f *Fence) lock(ctx context.Context) (*sql.Stmt, error) {
 	return s, nil
 }
 
-// lockMark locks partition p's row in tx and returns the mark.
-func (f *Fence) lockMark(ctx context.Context, tx *sql.Tx, p uint32) (ownership.Token, bool, error) {
+// shared reports whether Exact checks take a shared lock.
+func (f *Fence) shared() bool { return f.conc && f.sql.share != "" }
+
+// lockMark locks partition p's row in tx, shared if shared and the
+// dialect has such a lock, and returns the mark.
+func (f *Fence) lockMark(ctx context.Context, tx *sql.Tx, p uint32, shared bool) (ownership.Token, bool, error) {
+	if shared && f.shared() {
+		return f.read(ctx, tx, f.sql.share, p)
+	}
 	s, err := f.lock(ctx)
 	if err != nil {
 		return ownership.Token{}, false, err
@@ -282,7 +307,7 @@ func (q txStmt) QueryRowContext(ctx context.Context, _ string, args ...any) *sql
 // advancing the mark to t in Monotonic mode.
 func (f *Fence) hold(ctx context.Context, tx *sql.Tx, t ownership.Token, m ownership.Mode) error {
 	return f.judge(ctx, tx, t, m, func() (ownership.Token, error) {
-		mark, _, err := f.lockMark(ctx, tx, t.Partition) // a missing row is the zero mark
+		mark, _, err := f.lockMark(ctx, tx, t.Partition, m == ownership.Exact) // a missing row is the zero mark
 		return mark, err
 	})
 }

@@ -2,12 +2,15 @@ package sqlfence_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -308,62 +311,69 @@ func TestDoRollsBack(t *testing.T) {
 }
 
 // TestFenceWaitsForDo: a fence that lands while a write holds the partition
-// waits for the write's commit, and the write commits.
+// waits for the write's commit, and the write commits; with
+// Config.Concurrent (a shared lock) too.
 func TestFenceWaitsForDo(t *testing.T) {
 	for b, via := range everyPath() {
-		t.Run(b.name+"/"+via.name, func(t *testing.T) {
-			t.Parallel()
-			db := b.open(t)
-			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
-			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
-			t1, t2 := tok(2, 1, "a", 1), tok(2, 2, "b", 2)
-			mustFence(t, f, t1)
-
-			holding, release := make(chan struct{}), make(chan struct{})
-			doErr := make(chan error, 1)
-			go func() {
-				doErr <- via.do(f, ctx, t1, ownership.Exact, func(tx sqlfence.Tx) error {
-					if _, err := tx.ExecContext(ctx, kv.upsert, "k", "t1"); err != nil {
-						return err
-					}
-					close(holding)
-					<-release
-					return nil
-				})
-			}()
-			select {
-			case <-holding:
-			case err := <-doErr:
-				t.Fatalf("Do ended early: %v", err)
-			}
-			fenced := make(chan error, 1)
-			go func() {
-				_, err := f.Fence(ctx, t2)
-				fenced <- err
-			}()
-			if b.name == "postgres" {
-				waitForLockWait(t, db, table)
-			}
-			select {
-			case err := <-fenced:
-				t.Fatalf("Fence returned (%v) while a write held the partition", err)
-			case <-time.After(200 * time.Millisecond):
-			}
-			close(release)
-			if err := <-doErr; err != nil {
-				t.Fatalf("write that held the partition: %v", err)
-			}
-			if err := <-fenced; err != nil {
-				t.Fatalf("Fence: %v", err)
-			}
-			if got := kv.get(t, "k"); got != "t1" {
-				t.Fatalf("k = %q, want t1", got)
-			}
-			wantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k", "late"), t2)
-		})
+		for _, conc := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/%s/concurrent=%v", b.name, via.name, conc), func(t *testing.T) {
+				t.Parallel()
+				fenceWaitsForDo(t, b, via, conc)
+			})
+		}
 	}
+}
+
+func fenceWaitsForDo(t *testing.T, b backend, via path, conc bool) {
+	db := b.open(t)
+	f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: conc})
+	kv := newKV(t, db, via)
+	ctx, cancel := testContext(t)
+	defer cancel()
+	t1, t2 := tok(2, 1, "a", 1), tok(2, 2, "b", 2)
+	mustFence(t, f, t1)
+
+	holding, release := make(chan struct{}), make(chan struct{})
+	doErr := make(chan error, 1)
+	go func() {
+		doErr <- via.do(f, ctx, t1, ownership.Exact, func(tx sqlfence.Tx) error {
+			if _, err := tx.ExecContext(ctx, kv.upsert, "k", "t1"); err != nil {
+				return err
+			}
+			close(holding)
+			<-release
+			return nil
+		})
+	}()
+	select {
+	case <-holding:
+	case err := <-doErr:
+		t.Fatalf("Do ended early: %v", err)
+	}
+	fenced := make(chan error, 1)
+	go func() {
+		_, err := f.Fence(ctx, t2)
+		fenced <- err
+	}()
+	if b.name == "postgres" {
+		waitForLockWait(t, db, table)
+	}
+	select {
+	case err := <-fenced:
+		t.Fatalf("Fence returned (%v) while a write held the partition", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if err := <-doErr; err != nil {
+		t.Fatalf("write that held the partition: %v", err)
+	}
+	if err := <-fenced; err != nil {
+		t.Fatalf("Fence: %v", err)
+	}
+	if got := kv.get(t, "k"); got != "t1" {
+		t.Fatalf("k = %q, want t1", got)
+	}
+	wantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k", "late"), t2)
 }
 
 // waitForLockWait polls until a PostgreSQL backend waits for a lock in a
@@ -683,6 +693,144 @@ func TestSignerSignsStaleAnswers(t *testing.T) {
 			if keys.Verify(mark) != nil {
 				t.Fatalf("Fence returned an unsigned mark %v", mark)
 			}
+		})
+	}
+}
+
+// holder runs one fenced write of key under tok in the background and
+// holds the transaction open until released.
+// A test that fails while h holds releases it as it ends.
+type holder struct {
+	holding chan struct{} // closed once the write ran and fn waits
+	release func()
+	wait    chan struct{}
+	done    chan error
+}
+
+func hold(t *testing.T, ctx context.Context, f *sqlfence.Fence, via path, kv *kv, tok ownership.Token, key string) *holder {
+	wait := make(chan struct{})
+	h := &holder{holding: make(chan struct{}), wait: wait, release: sync.OnceFunc(func() { close(wait) }), done: make(chan error, 1)}
+	t.Cleanup(h.release)
+	go func() {
+		h.done <- via.do(f, ctx, tok, ownership.Exact, func(tx sqlfence.Tx) error {
+			if _, err := tx.ExecContext(ctx, kv.upsert, key, "v"); err != nil {
+				return err
+			}
+			close(h.holding)
+			<-h.wait
+			return nil
+		})
+	}()
+	return h
+}
+
+// held waits until h holds its transaction open; it fails the test if h
+// ended first, or after 20 s.
+func (h *holder) held(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.holding:
+	case err := <-h.done:
+		t.Fatalf("the write ended early: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the write did not run within 20 s")
+	}
+}
+
+// end releases h and fails the test if its write failed.
+func (h *holder) end(t *testing.T) {
+	t.Helper()
+	h.release()
+	if err := <-h.done; err != nil {
+		t.Fatalf("the write that held the partition: %v", err)
+	}
+}
+
+// TestConcurrentDo: with Config.Concurrent, two fenced transactions of one
+// partition under the mark run side by side on PostgreSQL, and a fence
+// waits for both; without it (the control), the second waits for the
+// first. SQLite has one writer and ignores Concurrent (not run here: its
+// second writer waits whatever the setting).
+func TestConcurrentDo(t *testing.T) {
+	b := backends()[1]
+	for _, via := range paths() {
+		t.Run(via.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: true})
+			kv := newKV(t, db, via)
+			ctx, cancel := testContext(t)
+			defer cancel()
+			t1, t2 := tok(3, 1, "a", 1), tok(3, 2, "b", 2)
+			mustFence(t, f, t1)
+
+			first := hold(t, ctx, f, via, kv, t1, "k1")
+			first.held(t)
+			second := hold(t, ctx, f, via, kv, t1, "k2")
+			second.held(t) // ran beside the first: it did not wait for it
+
+			fenced := make(chan error, 1)
+			go func() {
+				_, err := f.Fence(ctx, t2)
+				fenced <- err
+			}()
+			// The fence waits for both writes; it must not return first.
+			deadline := time.Now().Add(20 * time.Second)
+			for waiting := 0; waiting == 0; {
+				select {
+				case err := <-fenced:
+					t.Fatalf("Fence returned (%v) while two writes held the partition", err)
+				case <-time.After(2 * time.Millisecond):
+				}
+				if err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+					AND datname = current_database() AND strpos(query, $1) > 0`, table).Scan(&waiting); err != nil {
+					t.Fatal(err)
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the fence did not wait for the writes within 20 s")
+				}
+			}
+			first.end(t)
+			select {
+			case err := <-fenced:
+				t.Fatalf("Fence returned (%v) while the second write held the partition", err)
+			default:
+			}
+			second.end(t)
+			if err := <-fenced; err != nil {
+				t.Fatalf("Fence: %v", err)
+			}
+			if kv.get(t, "k1") != "v" || kv.get(t, "k2") != "v" {
+				t.Fatal("a write that held the partition under the mark did not commit")
+			}
+			wantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k1", "late"), t2)
+		})
+		t.Run(via.name+"/control", func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
+			kv := newKV(t, db, via)
+			ctx, cancel := testContext(t)
+			defer cancel()
+			t1 := tok(3, 1, "a", 1)
+			mustFence(t, f, t1)
+			first := hold(t, ctx, f, via, kv, t1, "k1")
+			first.held(t)
+			second := hold(t, ctx, f, via, kv, t1, "k2")
+			// The second waits for the first: its check (DoConn's runs as
+			// a statement prepared under a name made from the table's).
+			sum := sha256.Sum256([]byte(`"` + table + `"`))
+			pollRows(t, db, "a check waiting for the partition's row lock", `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND datname = current_database() AND (strpos(query, $1) > 0 OR strpos(query, $2) > 0)`,
+				table, "tenure_check_"+hex.EncodeToString(sum[:12]))
+			select {
+			case <-second.holding:
+				t.Fatal("the second write ran beside the first without Concurrent")
+			default:
+			}
+			first.end(t)
+			second.held(t)
+			second.end(t)
 		})
 	}
 }
