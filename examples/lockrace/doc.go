@@ -10,7 +10,9 @@
 //   - unguarded: the transaction alone, the ceiling (and it loses updates
 //     under contention);
 //   - tenure: the key's partition owner's fenced transaction
-//     (sqlfence.Fence.DoConn, Exact), the token checked in the database;
+//     (sqlfence.Fence.DoConn, Exact, on a Concurrent fence), the token
+//     checked in the database; the owner's clients, all in its process,
+//     take turns on a key under a mutex in its memory;
 //   - advisory: pg_advisory_xact_lock on the key in the same transaction;
 //   - redsync: a Redis lock per key (github.com/go-redsync/redsync/v4)
 //     held around the transaction;
@@ -30,6 +32,10 @@
 // store after B's ("figure: locks.<guard>.stale_writes_landed") and says
 // in a line why each guard let it in or kept it out. A lock service can't
 // stop a holder that doesn't know it was paused; the store can.
+//
+// With -delay, PostgreSQL, Redis and etcd are each reached through a proxy
+// on loopback that adds that time to each direction of a round trip, as
+// across a network; its figures are named "locks_far.<guard>.<name>".
 //
 // In this program the tenure guard's clients run in the owner's process:
 // routing a call to the owner costs, in a deployment, the gRPC hop the
