@@ -27,19 +27,22 @@ type op struct {
 // advances the mark mid-way. Each write inserts a row tagged with its op.
 // Afterwards the history must show that no write under a stale token
 // committed, and that every write under the current token committed when
-// no higher token intervened.
+// no higher token intervened. It runs on fences with Config.Concurrent too
+// (PostgreSQL's Exact writers then share the partition's row lock).
 func TestConcurrentWriters(t *testing.T) {
 	for b, via := range everyPath() {
 		for _, m := range []ownership.Mode{ownership.Exact, ownership.Monotonic} {
-			t.Run(b.name+"/"+via.name+"/"+m.String(), func(t *testing.T) {
-				t.Parallel()
-				runConcurrentWriters(t, b, via, m)
-			})
+			for _, conc := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/%s/concurrent=%v", b.name, via.name, m, conc), func(t *testing.T) {
+					t.Parallel()
+					runConcurrentWriters(t, b, via, m, sqlfence.Config{Concurrent: conc})
+				})
+			}
 		}
 	}
 }
 
-func runConcurrentWriters(t *testing.T, b backend, via path, mode ownership.Mode) {
+func runConcurrentWriters(t *testing.T, b backend, via path, mode ownership.Mode, cfg sqlfence.Config) {
 	const (
 		writers  = 12
 		perGo    = 30
@@ -48,7 +51,7 @@ func runConcurrentWriters(t *testing.T, b backend, via path, mode ownership.Mode
 	)
 	db := b.open(t)
 	db.SetMaxOpenConns(writers + 2)
-	f := newFence(t, db, b.dialect)
+	f, _ := newFenceTable(t, db, b.dialect, cfg)
 	ctx, cancel := testContext(t)
 	defer cancel()
 
