@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 
@@ -27,9 +28,12 @@ type Dialect struct {
 	// partition's row against concurrent fences until the transaction ends
 	// and returns its epoch, owner and incarnation. %s is the table.
 	lock string
-	// share is lock taking a lock that conflicts with fences but not with
-	// other shares (Config.Concurrent), or "" if the engine has none.
-	share string
+	// gate: the engine has advisory locks. Fences and claims take one on
+	// the partition exclusively before they lock its row, and shared
+	// checks (Config.Concurrent) take it shared first: a shared row lock
+	// lets new sharers in past a waiting fence, the advisory lock queues
+	// them behind it. Without a gate there are no shared checks.
+	gate bool
 	// prepare: keep the lock statement prepared on each connection. The
 	// pgx driver caches prepared statements itself, and drops them when
 	// the table changes, which a *sql.Stmt would not; modernc.org/sqlite
@@ -70,6 +74,12 @@ func SQLite() Dialect {
 // Fenced transactions work at any isolation level; at REPEATABLE READ or
 // SERIALIZABLE a fence that lands during a transaction makes it fail with a
 // serialization error instead of a stale-token error.
+//
+// Fences, claims and Monotonic raises take a transaction-level advisory
+// lock on the partition before they lock its row, exclusively, and the
+// checks of a Concurrent fence take it shared: key h<<32 | partition in
+// the one-bigint key space, h a 31-bit hash of the table's quoted name.
+// An advisory lock of yours on such a key only makes one side wait.
 func Postgres() Dialect {
 	return Dialect{
 		name:     "postgres",
@@ -78,11 +88,8 @@ func Postgres() Dialect {
 		// FOR NO KEY UPDATE conflicts with every UPDATE of the row, so a
 		// fence waits until the transaction ends; a transaction that waited
 		// behind a fence reads the row as the fence left it.
-		lock: `SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1 FOR NO KEY UPDATE`,
-		// FOR SHARE conflicts with the NO KEY UPDATE lock of a fence's
-		// UPDATE, and not with other shares (FOR KEY SHARE would not
-		// conflict with the fence).
-		share:   `SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1 FOR SHARE`,
+		lock:    `SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1 FOR NO KEY UPDATE`,
+		gate:    true,
 		oneTrip: true,
 	}
 }
@@ -103,8 +110,11 @@ type statements struct {
 	fence   string
 	current string
 	lock    string
-	share   string // "" if the dialect has no shared lock
-	claim   string
+	share   string // the shared lock (Config.Concurrent), "" without a gate
+
+	gatedLock string // lock under the advisory lock (Monotonic), "" without a gate
+	check     string // the shared check, "" without a gate
+	claim     string
 }
 
 func (d Dialect) statements(table string) statements {
@@ -117,44 +127,87 @@ func (d Dialect) statements(table string) statements {
 	owner %s NOT NULL,
 	incarnation %[2]s NOT NULL CHECK (length(incarnation) = 16)
 )`, table, d.textType),
-		fence:   fenceSQL(table, d.collate, "$1, $2, $3, $4"),
-		current: fmt.Sprintf(`SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1`, table),
-		lock:    fmt.Sprintf(d.lock, table),
-		share:   shareSQL(d.share, table),
-		claim: fmt.Sprintf(`INSERT INTO %s AS f (partition_id, epoch, owner, incarnation)
-VALUES ($1, $4 + 1, $2, $3)
-ON CONFLICT (partition_id) DO UPDATE
-SET epoch = excluded.epoch, owner = excluded.owner, incarnation = excluded.incarnation
-WHERE f.epoch <= $4
-RETURNING epoch`, table),
-	}
-}
-
-// fenceSQL advances the mark to the token given by values (partition,
-// epoch, owner, incarnation) if the token is higher; the row comparison
-// is Token.Compare.
-func fenceSQL(table, collate, values string) string {
-	return fmt.Sprintf(`INSERT INTO %s AS f (partition_id, epoch, owner, incarnation)
-VALUES (%s)
+		fence: fmt.Sprintf(`INSERT INTO %s AS f (partition_id, epoch, owner, incarnation)
+%s
 ON CONFLICT (partition_id) DO UPDATE
 SET epoch = excluded.epoch, owner = excluded.owner, incarnation = excluded.incarnation
 WHERE (f.epoch, f.owner COLLATE %[3]s, f.incarnation COLLATE %[3]s)
-	< (excluded.epoch, excluded.owner COLLATE %[3]s, excluded.incarnation COLLATE %[3]s)`, table, values, collate)
+	< (excluded.epoch, excluded.owner COLLATE %[3]s, excluded.incarnation COLLATE %[3]s)`,
+			table, d.gated(table, "$1", "$2", "$3", "$4"), d.collate),
+		current:   fmt.Sprintf(`SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1`, table),
+		lock:      fmt.Sprintf(d.lock, table),
+		share:     d.shared(table, "f.epoch, f.owner, f.incarnation", ""),
+		gatedLock: d.exclusive(table),
+		check:     d.shared(table, "1", "\n\tAND f.epoch = $2 AND f.owner COLLATE "+d.collate+" = $3 AND f.incarnation COLLATE "+d.collate+" = $4"),
+		claim: fmt.Sprintf(`INSERT INTO %s AS f (partition_id, epoch, owner, incarnation)
+%s
+ON CONFLICT (partition_id) DO UPDATE
+SET epoch = excluded.epoch, owner = excluded.owner, incarnation = excluded.incarnation
+WHERE f.epoch <= $4
+RETURNING epoch`, table, d.gated(table, "$1", d.bigint("$4")+" + 1", "$2", "$3")),
+	}
 }
 
-func shareSQL(share, table string) string {
-	if share == "" {
+// gateKey is the advisory lock key of partition $1 of table (see
+// Postgres).
+func gateKey(table string) string {
+	h := fnv.New32a()
+	h.Write([]byte(table))
+	return fmt.Sprintf("(%d::bigint << 32 | $1::bigint)", h.Sum32()&0x7fffffff)
+}
+
+// bigint is param typed BIGINT where the engine infers parameter types
+// from their first use (PostgreSQL: "$4 + 1" would make $4 an integer).
+func (d Dialect) bigint(param string) string {
+	if d.gate {
+		return param + "::bigint"
+	}
+	return param
+}
+
+// gated is the row an INSERT into the fence table inserts, given its four
+// values (partition, epoch, owner, incarnation): with a gate, selected
+// under the partition's advisory lock, taken exclusively before the
+// INSERT locks the partition's row.
+func (d Dialect) gated(table, p, epoch, owner, inc string) string {
+	if !d.gate {
+		return "VALUES (" + p + ", " + epoch + ", " + owner + ", " + inc + ")"
+	}
+	return fmt.Sprintf("SELECT (%s)::bigint, (%s)::bigint, (%s)::text, (%s)::text FROM (SELECT pg_advisory_xact_lock(%s)) AS tenure_gate",
+		p, epoch, owner, inc, gateKey(table))
+}
+
+// shared is the shared check of partition $1, returning cols of its row
+// (as f) where cond holds, "" without a gate. The row comes out of a join
+// with the partition's advisory lock taken shared, and it is locked FOR
+// SHARE above that join, so the advisory lock is always taken first: a
+// sharer waits behind a fence that waits for the advisory lock, instead
+// of joining the row's shared lock past it. FOR SHARE, not FOR KEY SHARE:
+// it must conflict with the fence's NO KEY UPDATE.
+func (d Dialect) shared(table, cols, cond string) string {
+	if !d.gate {
 		return ""
 	}
-	return fmt.Sprintf(share, table)
+	return fmt.Sprintf(`SELECT %s FROM %s AS f, (SELECT pg_advisory_xact_lock_shared(%s)) AS tenure_gate
+WHERE f.partition_id = $1%s FOR SHARE OF f`, cols, table, gateKey(table), cond)
 }
 
-// checkSQL locks partition $1's row, in mode (NO KEY UPDATE or SHARE),
-// and returns it if the mark is the token ($2, $3, $4): a row returned
-// means the transaction holds the partition under that token.
-func (s statements) checkSQL(mode string) string {
+// exclusive is the lock statement under the partition's advisory lock,
+// taken exclusively first (as in shared), "" without a gate.
+func (d Dialect) exclusive(table string) string {
+	if !d.gate {
+		return ""
+	}
+	return fmt.Sprintf(`SELECT f.epoch, f.owner, f.incarnation FROM %s AS f, (SELECT pg_advisory_xact_lock(%s)) AS tenure_gate
+WHERE f.partition_id = $1 FOR NO KEY UPDATE OF f`, table, gateKey(table))
+}
+
+// checkSQL locks partition $1's row exclusively (NO KEY UPDATE) and
+// returns it if the mark is the token ($2, $3, $4): a row returned means
+// the transaction holds the partition under that token.
+func (s statements) checkSQL() string {
 	return fmt.Sprintf(`SELECT 1 FROM %[1]s WHERE partition_id = $1 AND epoch = $2
-	AND owner COLLATE %[2]s = $3 AND incarnation COLLATE %[2]s = $4 FOR %[3]s`, s.table, s.collate, mode)
+	AND owner COLLATE %[2]s = $3 AND incarnation COLLATE %[2]s = $4 FOR NO KEY UPDATE`, s.table, s.collate)
 }
 
 // prepared names the server-side prepared statements DoConn runs on
@@ -171,8 +224,8 @@ func (s statements) prepared(kind string) string {
 func (s statements) prepare() []string {
 	const params = "(BIGINT, BIGINT, TEXT, TEXT)"
 	return []string{
-		"PREPARE " + s.prepared("check") + " " + params + " AS " + s.checkSQL("NO KEY UPDATE"),
-		"PREPARE " + s.prepared("share") + " " + params + " AS " + s.checkSQL("SHARE"),
+		"PREPARE " + s.prepared("check") + " " + params + " AS " + s.checkSQL(),
+		"PREPARE " + s.prepared("share") + " " + params + " AS " + s.check,
 		"PREPARE " + s.prepared("raise") + " " + params + " AS " + s.fence,
 	}
 }

@@ -64,10 +64,15 @@ type Config struct {
 	// (SELECT ... FOR UPDATE) or with the owner's own lock per key. Set it
 	// when the owner already serializes its writes per key, or when a
 	// partition's transactions must not wait for each other's round
-	// trips. Monotonic transactions still lock the row exclusively (they
-	// may raise the mark). SQLite has one writer at a time and ignores
-	// it. Default false: the transactions of a partition run one at a
-	// time.
+	// trips. A fence or claim that arrives queues the transactions that
+	// come after it (the checks take the partition's advisory lock shared
+	// first; see Postgres), so writers that keep the partition busy do not
+	// hold it off. Each holder of the row's shared lock past the first
+	// costs PostgreSQL a multixact: many side by side (hundreds) on one
+	// partition add vacuum work. Monotonic transactions still lock the row
+	// exclusively (they may raise the mark). SQLite has one writer at a
+	// time and ignores it. Default false: the transactions of a partition
+	// run one at a time.
 	Concurrent bool
 }
 
@@ -278,11 +283,18 @@ func (f *Fence) lock(ctx context.Context) (*sql.Stmt, error) {
 // shared reports whether Exact checks take a shared lock.
 func (f *Fence) shared() bool { return f.conc && f.sql.share != "" }
 
-// lockMark locks partition p's row in tx, shared if shared and the
-// dialect has such a lock, and returns the mark.
-func (f *Fence) lockMark(ctx context.Context, tx *sql.Tx, p uint32, shared bool) (ownership.Token, bool, error) {
-	if shared && f.shared() {
+// lockMark locks partition p's row in tx and returns the mark. In Exact
+// mode the lock is shared if the fence is Concurrent; in Monotonic mode,
+// which may raise the mark, the partition's advisory lock is taken first,
+// where the dialect has one: every statement that takes it takes it before
+// the row's lock, so that a raise waiting for the advisory lock never
+// holds the row a fence waits for.
+func (f *Fence) lockMark(ctx context.Context, tx *sql.Tx, p uint32, m ownership.Mode) (ownership.Token, bool, error) {
+	switch {
+	case m == ownership.Exact && f.shared():
 		return f.read(ctx, tx, f.sql.share, p)
+	case m == ownership.Monotonic && f.sql.gatedLock != "":
+		return f.read(ctx, tx, f.sql.gatedLock, p)
 	}
 	s, err := f.lock(ctx)
 	if err != nil {
@@ -307,7 +319,7 @@ func (q txStmt) QueryRowContext(ctx context.Context, _ string, args ...any) *sql
 // advancing the mark to t in Monotonic mode.
 func (f *Fence) hold(ctx context.Context, tx *sql.Tx, t ownership.Token, m ownership.Mode) error {
 	return f.judge(ctx, tx, t, m, func() (ownership.Token, error) {
-		mark, _, err := f.lockMark(ctx, tx, t.Partition, m == ownership.Exact) // a missing row is the zero mark
+		mark, _, err := f.lockMark(ctx, tx, t.Partition, m) // a missing row is the zero mark
 		return mark, err
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -403,6 +404,28 @@ func pollRows(t *testing.T, db *sql.DB, what, query string, args ...any) {
 			t.Fatalf("no %s after 20 s", what)
 		}
 		<-tick.C
+	}
+}
+
+// TestAuthorityClaimsAboveInt32: a claim above an epoch past 2^31 (a mark
+// fenced from gossip's epochs, or the jump after a table reset). On
+// PostgreSQL the claim's "$4 + 1" made the server type $4 an integer, and
+// every such claim failed to encode its argument.
+func TestAuthorityClaimsAboveInt32(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f := newFence(t, db, b.dialect)
+			ctx, cancel := testContext(t)
+			defer cancel()
+			seen := tok(9, 1<<40, "a", 1)
+			mustFence(t, f, seen)
+			got, err := f.Authority().Claim(ctx, 9, ownership.Node{Name: "b", Incarnation: 2}, seen)
+			if err != nil || !got.Same(tok(9, 1<<40+1, "b", 2)) {
+				t.Fatalf("claim above epoch 2^40 = %v, %v", got, err)
+			}
+		})
 	}
 }
 
@@ -832,5 +855,89 @@ func TestConcurrentDo(t *testing.T) {
 			second.held(t)
 			second.end(t)
 		})
+	}
+}
+
+// TestFenceNotStarvedByConcurrentWriters: on a Concurrent fence, writers
+// that keep sharing the partition's lock, each transaction overlapping the
+// next, do not hold a fence or a claim off: the fence queues new sharers
+// behind it. Before the advisory gate a fence waited here for as long as
+// the writers kept writing.
+func TestFenceNotStarvedByConcurrentWriters(t *testing.T) {
+	b := backends()[1]
+	for _, via := range paths() {
+		t.Run(via.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f, _ := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: true})
+			kv := newKV(t, db, via)
+			ctx, cancel := testContext(t)
+			defer cancel()
+			t1, t2 := tok(4, 1, "a", 1), tok(4, 2, "b", 2)
+			mustFence(t, f, t1)
+
+			// under runs writers under tk until took returns, then stops them.
+			under := func(tk ownership.Token, took func() error) {
+				t.Helper()
+				var (
+					wg      sync.WaitGroup
+					stop    = make(chan struct{})
+					written atomic.Int64
+				)
+				for i := range 6 {
+					wg.Go(func() {
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							err := via.do(f, ctx, tk, ownership.Exact, func(tx sqlfence.Tx) error {
+								if _, err := tx.ExecContext(ctx, kv.upsert, fmt.Sprintf("k%d", i), "v"); err != nil {
+									return err
+								}
+								_, err := tx.ExecContext(ctx, `SELECT pg_sleep(0.02)`) // work inside the transaction
+								return err
+							})
+							if err != nil {
+								return // fenced out, or the test ended
+							}
+							written.Add(1)
+						}
+					})
+				}
+				defer func() { close(stop); wg.Wait() }()
+				pollUntil(t, "writers running", func() bool { return written.Load() >= 12 })
+				done := make(chan error, 1)
+				go func() { done <- took() }()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("still waiting after 10 s behind writers that keep sharing the partition")
+				}
+			}
+			under(t1, func() error { _, err := f.Fence(ctx, t2); return err })
+			under(t2, func() error {
+				_, err := f.Authority().Claim(ctx, 4, ownership.Node{Name: "c", Incarnation: 3}, t2)
+				return err
+			})
+		})
+	}
+}
+
+// pollUntil polls cond until it holds, for at most 20 s.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 20 s", what)
+		}
+		<-tick.C
 	}
 }
