@@ -1,7 +1,9 @@
 package netdelay
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -98,7 +100,7 @@ func (p *Proxy) accept() {
 }
 
 // relay dials the target for the client connection c and pumps both ways
-// until either side ends.
+// until both directions have ended.
 func (p *Proxy) relay(c net.Conn) {
 	defer p.untrack(c)
 	s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
@@ -107,10 +109,8 @@ func (p *Proxy) relay(c net.Conn) {
 	}
 	defer p.untrack(s)
 	var wg sync.WaitGroup
-	wg.Go(func() { p.pump(s, c); s.Close(); c.Close() })
+	wg.Go(func() { p.pump(s, c) })
 	p.pump(c, s)
-	s.Close()
-	c.Close()
 	wg.Wait()
 }
 
@@ -120,11 +120,20 @@ type chunk struct {
 	due time.Time
 }
 
+// queued bounds the chunks a direction holds, read but not yet due: up to
+// 2 MiB beyond the kernel's buffers, after which the reader waits.
+const queued = 64
+
 // pump copies from src to dst, each chunk written at its due time: when it
-// was read, plus the delay.
+// was read, plus the delay. When src ends cleanly it closes dst for
+// writing, so that a half-closed connection stays open the other way; when
+// either side fails it closes both, which ends the other direction too.
 func (p *Proxy) pump(dst, src net.Conn) {
-	q := make(chan chunk, 256)
-	var wg sync.WaitGroup
+	q := make(chan chunk, queued)
+	var (
+		wg      sync.WaitGroup
+		readErr error
+	)
 	wg.Go(func() {
 		defer close(q)
 		for {
@@ -134,6 +143,7 @@ func (p *Proxy) pump(dst, src net.Conn) {
 				q <- chunk{b[:n], time.Now().Add(p.delay)}
 			}
 			if err != nil {
+				readErr = err
 				return
 			}
 		}
@@ -155,4 +165,10 @@ func (p *Proxy) pump(dst, src net.Conn) {
 		}
 	}
 	wg.Wait()
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok && !failed && errors.Is(readErr, io.EOF) {
+		cw.CloseWrite()
+		return
+	}
+	dst.Close()
+	src.Close()
 }

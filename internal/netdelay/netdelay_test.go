@@ -68,6 +68,36 @@ func TestRoundTripIsDelayed(t *testing.T) {
 	}
 }
 
+// TestHalfClose: a client that sends, closes its side for writing and
+// then reads gets the whole answer.
+func TestHalfClose(t *testing.T) {
+	p, err := Start(echo(t), time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	msg := bytes.Repeat([]byte("half"), 10000)
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, msg) {
+		t.Fatalf("got %d bytes back, want the %d sent", len(got), len(msg))
+	}
+}
+
 // TestCloseEndsRelays: Close returns with a connection open, and the
 // client sees it end; the leak check sees no goroutine left.
 func TestCloseEndsRelays(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tenure-go/tenure/ownership"
@@ -117,8 +118,10 @@ func (f *Fence) begin(ctx context.Context, conn *sql.Conn, t ownership.Token, m 
 	msg := f.sql.beginCheck(t, m, f.shared())
 	res, err := conn.ExecContext(ctx, msg)
 	if err != nil {
-		// Perhaps the statements are not prepared on this connection yet.
-		if !f.end(ctx, conn, "ROLLBACK") {
+		// Perhaps the statements are not prepared on this connection yet
+		// (pgx and lib/pq say the prepared statement "does not exist";
+		// anything else, a serialization failure say, is the answer).
+		if !f.end(ctx, conn, "ROLLBACK") || !strings.Contains(err.Error(), "does not exist") {
 			return fmt.Errorf("sqlfence: begin and check %v: %w", t, err)
 		}
 		if perr := f.prepareOn(ctx, conn); perr != nil {

@@ -75,17 +75,6 @@
 // orders its own writes per key, whose partition's transactions would
 // otherwise wait for each other's round trips.
 //
-// # Cost
-//
-// The check is one statement more in the transaction, not one round trip
-// more: DoConn sends it with BEGIN. Its price is the server's work on it,
-// an index lookup and a row lock. On loopback, where a round trip costs
-// little more than that work, a fenced transaction of one upsert runs at
-// about 0.8x the unfenced one; across a network (about 2 ms a round trip,
-// through a delay proxy) at 0.98x. Do, which hands fn a *sql.Tx, sends the
-// check in a round trip of its own: 0.75x there. The package's TestFigures
-// prints these.
-//
 // So a holder paused (SIGSTOP, a long GC, a frozen VM) or cut off from the
 // database inside Do keeps its lock: the partition's row on PostgreSQL,
 // the whole database's write lock on SQLite. The new owner's Fence or
@@ -96,6 +85,17 @@
 // a transaction and releases its locks. SQLite has no such bound: a
 // process stopped inside a write transaction stalls every writer of the
 // file until it runs again or dies.
+//
+// # Cost
+//
+// The check is one statement more in the transaction, not one round trip
+// more: DoConn sends it with BEGIN. Its price is the server's work on it,
+// an index lookup and a row lock. On loopback, where a round trip costs
+// little more than that work, a fenced transaction of one upsert runs at
+// about 0.8x the unfenced one; across a network (about 2 ms a round trip,
+// through a delay proxy) at 0.98x. Do, which hands fn a *sql.Tx, sends the
+// check in a round trip of its own: 0.75x there. The package's TestFigures
+// prints these.
 //
 // # Epochs
 //
