@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 
@@ -77,9 +76,9 @@ func SQLite() Dialect {
 //
 // Fences, claims and Monotonic raises take a transaction-level advisory
 // lock on the partition before they lock its row, exclusively, and the
-// checks of a Concurrent fence take it shared: key h<<32 | partition in
-// the one-bigint key space, h a 31-bit hash of the table's quoted name.
-// An advisory lock of yours on such a key only makes one side wait.
+// checks of a Concurrent fence take it shared: key oid<<32 | partition in
+// the one-bigint key space, oid the fence table's. An advisory lock of
+// yours on such a key only makes one side wait.
 func Postgres() Dialect {
 	return Dialect{
 		name:     "postgres",
@@ -149,11 +148,11 @@ RETURNING epoch`, table, d.gated(table, "$1", d.bigint("$4")+" + 1", "$2", "$3")
 }
 
 // gateKey is the advisory lock key of partition $1 of table (see
-// Postgres).
+// Postgres): made from the table's OID, so that fences naming one table
+// differently (qualified or not) share it. table is quoted (see
+// quoteTable), so it holds no single quote.
 func gateKey(table string) string {
-	h := fnv.New32a()
-	h.Write([]byte(table))
-	return fmt.Sprintf("(%d::bigint << 32 | $1::bigint)", h.Sum32()&0x7fffffff)
+	return fmt.Sprintf("('%s'::regclass::oid::bigint << 32 | $1::bigint)", table)
 }
 
 // bigint is param typed BIGINT where the engine infers parameter types

@@ -69,7 +69,11 @@ type Config struct {
 	// first; see Postgres), so writers that keep the partition busy do not
 	// hold it off. Each holder of the row's shared lock past the first
 	// costs PostgreSQL a multixact: many side by side (hundreds) on one
-	// partition add vacuum work. Monotonic transactions still lock the row
+	// partition add vacuum work. A transaction's fn must not wait for
+	// another transaction of the same partition (a nested Do, or locks of
+	// the owner's taken in different orders): while a fence waits, the
+	// second queues behind it and the first never ends, a wait PostgreSQL
+	// can't see as a deadlock. Monotonic transactions still lock the row
 	// exclusively (they may raise the mark). SQLite has one writer at a
 	// time and ignores it. Default false: the transactions of a partition
 	// run one at a time.

@@ -862,29 +862,35 @@ func TestConcurrentDo(t *testing.T) {
 // that keep sharing the partition's lock, each transaction overlapping the
 // next, do not hold a fence or a claim off: the fence queues new sharers
 // behind it. Before the advisory gate a fence waited here for as long as
-// the writers kept writing.
+// the writers kept writing, and, with the gate keyed on the table's name,
+// so did a fence that names the table with its schema.
 func TestFenceNotStarvedByConcurrentWriters(t *testing.T) {
 	b := backends()[1]
 	for _, via := range paths() {
 		t.Run(via.name, func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
-			f, _ := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: true})
+			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: true})
+			qualified, err := sqlfence.New(db, b.dialect, sqlfence.Config{Table: "public." + table})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer qualified.Close()
 			kv := newKV(t, db, via)
 			ctx, cancel := testContext(t)
 			defer cancel()
-			t1, t2 := tok(4, 1, "a", 1), tok(4, 2, "b", 2)
+			t1, t2, t3 := tok(4, 1, "a", 1), tok(4, 2, "b", 2), tok(4, 4, "d", 4)
 			mustFence(t, f, t1)
 
 			// under runs writers under tk until took returns, then stops them.
-			under := func(tk ownership.Token, took func() error) {
+			under := func(tk ownership.Token, writers int, took func() error) {
 				t.Helper()
 				var (
 					wg      sync.WaitGroup
 					stop    = make(chan struct{})
 					written atomic.Int64
 				)
-				for i := range 6 {
+				for i := range writers {
 					wg.Go(func() {
 						for {
 							select {
@@ -919,11 +925,14 @@ func TestFenceNotStarvedByConcurrentWriters(t *testing.T) {
 					t.Fatal("still waiting after 10 s behind writers that keep sharing the partition")
 				}
 			}
-			under(t1, func() error { _, err := f.Fence(ctx, t2); return err })
-			under(t2, func() error {
-				_, err := f.Authority().Claim(ctx, 4, ownership.Node{Name: "c", Incarnation: 3}, t2)
+			under(t1, 6, func() error { _, err := f.Fence(ctx, t2); return err })
+			var t2c ownership.Token
+			under(t2, 6, func() error {
+				var err error
+				t2c, err = f.Authority().Claim(ctx, 4, ownership.Node{Name: "c", Incarnation: 3}, t2)
 				return err
 			})
+			under(t2c, 16, func() error { _, err := qualified.Fence(ctx, t3); return err })
 		})
 	}
 }
