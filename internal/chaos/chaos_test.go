@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
 var (
@@ -44,6 +46,12 @@ func TestChaos(t *testing.T) {
 	})
 	t.Run("sql", func(t *testing.T) {
 		r := runChaos(t, runConfig{name: "sql", nodes: 5, partitions: 16, clients: 4, events: sqlEvents, fencing: true, sql: true, seed: seed})
+		r.print("violations")
+		r.fail(t)
+		r.failFenced(t)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		r := runChaos(t, runConfig{name: "postgres", nodes: 5, partitions: 16, clients: 4, events: sqlEvents, fencing: true, sql: true, postgres: true, seed: seed})
 		r.print("violations")
 		r.fail(t)
 		r.failFenced(t)
@@ -169,12 +177,24 @@ func runChaos(t *testing.T, cfg runConfig) result {
 			}
 			return r
 		}
-		db, err := openSQL(filepath.Join(dir, "chaos.db"))
+		d, fcfg := sqlfence.SQLite(), sqlfence.Config{}
+		var db *sql.DB
+		var err error
+		if cfg.postgres {
+			// A schema of the run's own, dropped when it ends; the
+			// partitions' writes run side by side (Concurrent).
+			d, fcfg = sqlfence.Postgres(), sqlfence.Config{Concurrent: true}
+			if db, err = sql.Open("pgx", testdb.PostgresSchemaDSN(t)); err == nil {
+				db.SetMaxOpenConns(8)
+			}
+		} else {
+			db, err = openSQL(filepath.Join(dir, "chaos.db"))
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		sqlDB = db
-		r, err := newSQLResource(ctx, db, true, cl.hist, cl.onFence)
+		r, err := newSQLResourceOn(ctx, db, d, fcfg, true, cl.hist, cl.onFence)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -90,6 +90,7 @@ type runConfig struct {
 	events     int
 	fencing    bool   // false: the negative control
 	sql        bool   // SQLite resource and SQL authority (S4)
+	postgres   bool   // with sql: PostgreSQL, its fence Concurrent, instead of SQLite
 	seed       uint64 // the schedule's seed
 	// script, when set, replaces the random schedule: episodes in the
 	// simulator's vocabulary (see script_test.go).

@@ -177,9 +177,9 @@ func (r *memResource) s1(context.Context) ([]s1Violation, error) {
 	return out, nil
 }
 
-// sqlResource is a register per partition in SQLite, protected by the SQL
-// fence: the register row and a log of every applied write change in the
-// fenced transaction.
+// sqlResource is a register per partition in SQL (SQLite, or PostgreSQL
+// with a Concurrent fence), protected by the SQL fence: the register row
+// and a log of every applied write change in the fenced transaction.
 type sqlResource struct {
 	db   *sql.DB
 	f    *sqlfence.Fence
@@ -197,14 +197,31 @@ func openSQL(path string) (*sql.DB, error) {
 	return db, nil
 }
 
-const sqlSchema = `
-CREATE TABLE IF NOT EXISTS chaos_reg (partition_id INTEGER PRIMARY KEY, epoch INTEGER, owner TEXT, inc TEXT, value TEXT);
-CREATE TABLE IF NOT EXISTS chaos_log (id INTEGER PRIMARY KEY AUTOINCREMENT, partition_id INTEGER, epoch INTEGER, owner TEXT, inc TEXT, value TEXT);`
+// sqlSchema is the register and the log in dialect d. The log's ids are
+// in commit order per partition on both: SQLite has one writer, and on
+// PostgreSQL a write under an older token took its id before the fence
+// that let a newer one in.
+func sqlSchema(d sqlfence.Dialect) string {
+	id := "INTEGER PRIMARY KEY AUTOINCREMENT"
+	if d.String() == "postgres" {
+		id = "BIGSERIAL PRIMARY KEY"
+	}
+	return `
+CREATE TABLE IF NOT EXISTS chaos_reg (partition_id BIGINT PRIMARY KEY, epoch BIGINT, owner TEXT, inc TEXT, value TEXT);
+CREATE TABLE IF NOT EXISTS chaos_log (id ` + id + `, partition_id BIGINT, epoch BIGINT, owner TEXT, inc TEXT, value TEXT);`
+}
 
-// newSQLResource opens the resource on db; create makes the schema (once,
-// by the first process).
+// newSQLResource opens the resource on the SQLite database db; create
+// makes the schema (once, by the first process).
 func newSQLResource(ctx context.Context, db *sql.DB, create bool, h *History, hook fenceHook) (*sqlResource, error) {
-	f, err := sqlfence.New(db, sqlfence.SQLite(), sqlfence.Config{Table: "chaos_partitions"})
+	return newSQLResourceOn(ctx, db, sqlfence.SQLite(), sqlfence.Config{}, create, h, hook)
+}
+
+// newSQLResourceOn opens the resource on db in dialect d with a fence
+// configured by cfg (whose Table it sets).
+func newSQLResourceOn(ctx context.Context, db *sql.DB, d sqlfence.Dialect, cfg sqlfence.Config, create bool, h *History, hook fenceHook) (*sqlResource, error) {
+	cfg.Table = "chaos_partitions"
+	f, err := sqlfence.New(db, d, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +230,7 @@ func newSQLResource(ctx context.Context, db *sql.DB, create bool, h *History, ho
 			f.Close()
 			return nil, err
 		}
-		if _, err := db.ExecContext(ctx, sqlSchema); err != nil {
+		if _, err := db.ExecContext(ctx, sqlSchema(d)); err != nil {
 			f.Close()
 			return nil, err
 		}
@@ -239,12 +256,12 @@ func incText(inc uint64) string { return fmt.Sprintf("%016x", inc) }
 
 func (r *sqlResource) write(ctx context.Context, t ownership.Token, v string) error {
 	return r.f.Do(ctx, t, ownership.Exact, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO chaos_reg VALUES (?, ?, ?, ?, ?)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO chaos_reg VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (partition_id) DO UPDATE SET epoch = excluded.epoch, owner = excluded.owner, inc = excluded.inc, value = excluded.value`,
 			t.Partition, int64(t.Epoch), t.Owner, incText(t.Incarnation), v); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO chaos_log (partition_id, epoch, owner, inc, value) VALUES (?, ?, ?, ?, ?)`,
+		_, err := tx.ExecContext(ctx, `INSERT INTO chaos_log (partition_id, epoch, owner, inc, value) VALUES ($1, $2, $3, $4, $5)`,
 			t.Partition, int64(t.Epoch), t.Owner, incText(t.Incarnation), v)
 		return err
 	})
@@ -254,7 +271,7 @@ func (r *sqlResource) read(ctx context.Context, t ownership.Token) (tok ownershi
 	err = r.f.Do(ctx, t, ownership.Exact, func(tx *sql.Tx) error {
 		var epoch int64
 		var owner, inc string
-		err := tx.QueryRowContext(ctx, `SELECT epoch, owner, inc, value FROM chaos_reg WHERE partition_id = ?`, t.Partition).
+		err := tx.QueryRowContext(ctx, `SELECT epoch, owner, inc, value FROM chaos_reg WHERE partition_id = $1`, t.Partition).
 			Scan(&epoch, &owner, &inc, &val)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
