@@ -950,3 +950,58 @@ func pollUntil(t *testing.T, what string, cond func() bool) {
 		<-tick.C
 	}
 }
+
+// TestMonotonicTakesTheGateFirst: a Monotonic transaction takes the
+// partition's advisory lock before its row, as fences do. While the
+// advisory lock is held elsewhere, the Monotonic write waits without
+// holding the row. It used to lock the row first and ask for the advisory
+// lock in its raise: with a fence holding the advisory lock and waiting
+// for the row, the two deadlocked.
+func TestMonotonicTakesTheGateFirst(t *testing.T) {
+	b := backends()[1]
+	for _, via := range paths() {
+		t.Run(via.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
+			kv := newKV(t, db, via)
+			ctx, cancel := testContext(t)
+			defer cancel()
+			t1, t2 := tok(6, 1, "a", 1), tok(6, 2, "b", 2)
+			mustFence(t, f, t1)
+			key := `('"` + table + `"'::regclass::oid::bigint << 32 | 6)`
+
+			gate, err := db.BeginTx(ctx, nil) // holds the partition's advisory lock
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gate.Rollback()
+			if _, err := gate.ExecContext(ctx, `SELECT pg_advisory_xact_lock(`+key+`)`); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- kv.put(ctx, f, t2, ownership.Monotonic, "k", "v") }()
+			// Its statement names the table, or DoConn's raise prepared for
+			// it (named from the table's name).
+			sum := sha256.Sum256([]byte(`"` + table + `"`))
+			pollRows(t, db, "the Monotonic write waiting for the advisory lock", `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND datname = current_database()
+				AND (strpos(query, $1) > 0 OR strpos(query, $2) > 0)`, table, "tenure_raise_"+hex.EncodeToString(sum[:12]))
+
+			probe, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer probe.Rollback()
+			var n int
+			if err := probe.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM "`+table+`" WHERE partition_id = 6 FOR NO KEY UPDATE NOWAIT) AS r`).Scan(&n); err != nil {
+				t.Fatalf("the waiting Monotonic write holds the partition's row: %v", err)
+			}
+			probe.Rollback()
+			gate.Rollback()
+			if err := <-done; err != nil {
+				t.Fatalf("the Monotonic write after the gate opened: %v", err)
+			}
+		})
+	}
+}
