@@ -334,28 +334,9 @@ func fenceWaitsForDo(t *testing.T, b backend, via path, conc bool) {
 	t1, t2 := tok(2, 1, "a", 1), tok(2, 2, "b", 2)
 	mustFence(t, f, t1)
 
-	holding, release := make(chan struct{}), make(chan struct{})
-	doErr := make(chan error, 1)
-	go func() {
-		doErr <- via.do(f, ctx, t1, ownership.Exact, func(tx sqlfence.Tx) error {
-			if _, err := tx.ExecContext(ctx, kv.upsert, "k", "t1"); err != nil {
-				return err
-			}
-			close(holding)
-			<-release
-			return nil
-		})
-	}()
-	select {
-	case <-holding:
-	case err := <-doErr:
-		t.Fatalf("Do ended early: %v", err)
-	}
-	fenced := make(chan error, 1)
-	go func() {
-		_, err := f.Fence(ctx, t2)
-		fenced <- err
-	}()
+	h := hold(t, ctx, f, via, kv, t1, "k", "t1")
+	h.held(t)
+	fenced := fenceAsync(ctx, f, t2)
 	if b.name == "postgres" {
 		waitForLockWait(t, db, table)
 	}
@@ -364,10 +345,7 @@ func fenceWaitsForDo(t *testing.T, b backend, via path, conc bool) {
 		t.Fatalf("Fence returned (%v) while a write held the partition", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	close(release)
-	if err := <-doErr; err != nil {
-		t.Fatalf("write that held the partition: %v", err)
-	}
+	h.end(t)
 	if err := <-fenced; err != nil {
 		t.Fatalf("Fence: %v", err)
 	}
@@ -381,30 +359,40 @@ func fenceWaitsForDo(t *testing.T, b backend, via path, conc bool) {
 // statement on table.
 func waitForLockWait(t *testing.T, db *sql.DB, table string) {
 	t.Helper()
-	pollRows(t, db, "a backend waiting for the partition's row lock", `SELECT count(*) FROM pg_stat_activity
-		WHERE wait_event_type = 'Lock' AND datname = current_database() AND strpos(query, $1) > 0`, table)
+	pollUntil(t, "a backend waiting for the partition's row lock", func() bool { return lockWaiters(t, db, table, "", "") > 0 })
+}
+
+// lockWaiters counts the PostgreSQL backends waiting for a lock (whose
+// wait event is event, unless it is "") in a statement that names table,
+// or that runs DoConn's statement kind ("check", "raise"; "" for none),
+// prepared under a name made from the table's.
+func lockWaiters(t *testing.T, db *sql.DB, table, event, kind string) int {
+	t.Helper()
+	prepared := ""
+	if kind != "" {
+		sum := sha256.Sum256([]byte(`"` + table + `"`))
+		prepared = "tenure_" + kind + "_" + hex.EncodeToString(sum[:12])
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND ($1 = '' OR wait_event = $1) AND datname = current_database()
+		AND (strpos(query, $2) > 0 OR ($3 <> '' AND strpos(query, $3) > 0))`, event, table, prepared).Scan(&n); err != nil {
+		t.Fatalf("count the backends waiting for a lock on %s: %v", table, err)
+	}
+	return n
 }
 
 // pollRows polls until query, a count, returns more than zero, for at
 // most 20 s.
 func pollRows(t *testing.T, db *sql.DB, what, query string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	pollUntil(t, what, func() bool {
 		var n int
 		if err := db.QueryRow(query, args...).Scan(&n); err != nil {
 			t.Fatalf("waiting for %s: %v", what, err)
 		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 20 s", what)
-		}
-		<-tick.C
-	}
+		return n > 0
+	})
 }
 
 // TestAuthorityClaimsAboveInt32: a claim above an epoch past 2^31 (a mark
@@ -720,8 +708,19 @@ func TestSignerSignsStaleAnswers(t *testing.T) {
 	}
 }
 
-// holder runs one fenced write of key under tok in the background and
-// holds the transaction open until released.
+// fenceAsync runs f.Fence(ctx, tok) in the background; its error comes
+// on the channel.
+func fenceAsync(ctx context.Context, f *sqlfence.Fence, tok ownership.Token) <-chan error {
+	fenced := make(chan error, 1)
+	go func() {
+		_, err := f.Fence(ctx, tok)
+		fenced <- err
+	}()
+	return fenced
+}
+
+// holder runs one fenced write of key (value v) under tok in the
+// background and holds the transaction open until released.
 // A test that fails while h holds releases it as it ends.
 type holder struct {
 	holding chan struct{} // closed once the write ran and fn waits
@@ -730,13 +729,13 @@ type holder struct {
 	done    chan error
 }
 
-func hold(t *testing.T, ctx context.Context, f *sqlfence.Fence, via path, kv *kv, tok ownership.Token, key string) *holder {
+func hold(t *testing.T, ctx context.Context, f *sqlfence.Fence, via path, kv *kv, tok ownership.Token, key, v string) *holder {
 	wait := make(chan struct{})
 	h := &holder{holding: make(chan struct{}), wait: wait, release: sync.OnceFunc(func() { close(wait) }), done: make(chan error, 1)}
 	t.Cleanup(h.release)
 	go func() {
 		h.done <- via.do(f, ctx, tok, ownership.Exact, func(tx sqlfence.Tx) error {
-			if _, err := tx.ExecContext(ctx, kv.upsert, key, "v"); err != nil {
+			if _, err := tx.ExecContext(ctx, kv.upsert, key, v); err != nil {
 				return err
 			}
 			close(h.holding)
@@ -787,32 +786,21 @@ func TestConcurrentDo(t *testing.T) {
 			t1, t2 := tok(3, 1, "a", 1), tok(3, 2, "b", 2)
 			mustFence(t, f, t1)
 
-			first := hold(t, ctx, f, via, kv, t1, "k1")
+			first := hold(t, ctx, f, via, kv, t1, "k1", "v")
 			first.held(t)
-			second := hold(t, ctx, f, via, kv, t1, "k2")
+			second := hold(t, ctx, f, via, kv, t1, "k2", "v")
 			second.held(t) // ran beside the first: it did not wait for it
 
-			fenced := make(chan error, 1)
-			go func() {
-				_, err := f.Fence(ctx, t2)
-				fenced <- err
-			}()
+			fenced := fenceAsync(ctx, f, t2)
 			// The fence waits for both writes; it must not return first.
-			deadline := time.Now().Add(20 * time.Second)
-			for waiting := 0; waiting == 0; {
+			pollUntil(t, "the fence waiting for the writes", func() bool {
 				select {
 				case err := <-fenced:
 					t.Fatalf("Fence returned (%v) while two writes held the partition", err)
-				case <-time.After(2 * time.Millisecond):
+				default:
 				}
-				if err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-					AND datname = current_database() AND strpos(query, $1) > 0`, table).Scan(&waiting); err != nil {
-					t.Fatal(err)
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the fence did not wait for the writes within 20 s")
-				}
-			}
+				return lockWaiters(t, db, table, "", "") > 0
+			})
 			first.end(t)
 			select {
 			case err := <-fenced:
@@ -837,15 +825,11 @@ func TestConcurrentDo(t *testing.T) {
 			defer cancel()
 			t1 := tok(3, 1, "a", 1)
 			mustFence(t, f, t1)
-			first := hold(t, ctx, f, via, kv, t1, "k1")
+			first := hold(t, ctx, f, via, kv, t1, "k1", "v")
 			first.held(t)
-			second := hold(t, ctx, f, via, kv, t1, "k2")
-			// The second waits for the first: its check (DoConn's runs as
-			// a statement prepared under a name made from the table's).
-			sum := sha256.Sum256([]byte(`"` + table + `"`))
-			pollRows(t, db, "a check waiting for the partition's row lock", `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND datname = current_database() AND (strpos(query, $1) > 0 OR strpos(query, $2) > 0)`,
-				table, "tenure_check_"+hex.EncodeToString(sum[:12]))
+			second := hold(t, ctx, f, via, kv, t1, "k2", "v")
+			// The second waits for the first.
+			pollUntil(t, "a check waiting for the partition's row lock", func() bool { return lockWaiters(t, db, table, "", "check") > 0 })
 			select {
 			case <-second.holding:
 				t.Fatal("the second write ran beside the first without Concurrent")
@@ -981,12 +965,9 @@ func TestMonotonicTakesTheGateFirst(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() { done <- kv.put(ctx, f, t2, ownership.Monotonic, "k", "v") }()
-			// Its statement names the table, or DoConn's raise prepared for
-			// it (named from the table's name).
-			sum := sha256.Sum256([]byte(`"` + table + `"`))
-			pollRows(t, db, "the Monotonic write waiting for the advisory lock", `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND datname = current_database()
-				AND (strpos(query, $1) > 0 OR strpos(query, $2) > 0)`, table, "tenure_raise_"+hex.EncodeToString(sum[:12]))
+			pollUntil(t, "the Monotonic write waiting for the advisory lock", func() bool {
+				return lockWaiters(t, db, table, "advisory", "raise") > 0
+			})
 
 			probe, err := db.BeginTx(ctx, nil)
 			if err != nil {
