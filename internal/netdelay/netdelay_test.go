@@ -34,21 +34,29 @@ func echo(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// TestRoundTripIsDelayed: bytes come back intact, in order, and no round
-// trip through the proxy takes less than twice the delay.
-func TestRoundTripIsDelayed(t *testing.T) {
-	const delay = 20 * time.Millisecond
+// through starts a proxy with delay to an echo server and dials it; both
+// close when the test ends, and the connection's deadline is 30 s away.
+func through(t *testing.T, delay time.Duration) (*Proxy, *net.TCPConn) {
+	t.Helper()
 	p, err := Start(echo(t), delay)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(30 * time.Second))
+	return p, c.(*net.TCPConn)
+}
+
+// TestRoundTripIsDelayed: bytes come back intact, in order, and no round
+// trip through the proxy takes less than twice the delay.
+func TestRoundTripIsDelayed(t *testing.T) {
+	const delay = 20 * time.Millisecond
+	_, c := through(t, delay)
 	for i := range 5 {
 		msg := bytes.Repeat([]byte{byte('a' + i)}, 1000*(i+1))
 		start := time.Now()
@@ -71,22 +79,12 @@ func TestRoundTripIsDelayed(t *testing.T) {
 // TestHalfClose: a client that sends, closes its side for writing and
 // then reads gets the whole answer.
 func TestHalfClose(t *testing.T) {
-	p, err := Start(echo(t), time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
+	_, c := through(t, time.Millisecond)
 	msg := bytes.Repeat([]byte("half"), 10000)
 	if _, err := c.Write(msg); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+	if err := c.CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
 	got, err := io.ReadAll(c)
@@ -101,20 +99,11 @@ func TestHalfClose(t *testing.T) {
 // TestCloseEndsRelays: Close returns with a connection open, and the
 // client sees it end; the leak check sees no goroutine left.
 func TestCloseEndsRelays(t *testing.T) {
-	p, err := Start(echo(t), time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	p, c := through(t, time.Millisecond)
 	if _, err := c.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	b := make([]byte, 1)
-	c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(c, b); err != nil {
 		t.Fatal(err)
 	}

@@ -115,15 +115,7 @@ func PostgresPublicDelayed(t testing.TB, delay time.Duration) *sql.DB {
 	host, port, _ := net.SplitHostPort(p.Addr())
 	n, _ := strconv.Atoi(port)
 	cfg.Host, cfg.Port, cfg.Fallbacks = host, uint16(n), nil
-	db := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { db.Close() }) // before the proxy's Close
-	db.SetMaxOpenConns(maxPostgresConns)
-	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatalf("PostgreSQL at %s through a delay proxy is unreachable: %v", source, err)
-	}
-	return db
+	return ready(t, stdlib.OpenDB(*cfg), source+" through a delay proxy") // closed before the proxy
 }
 
 // PostgresSchemaDSN creates a schema with a unique name on the PostgreSQL
@@ -173,6 +165,13 @@ func openPostgres(t testing.TB, dsn, source string) *sql.DB {
 	if err != nil {
 		t.Fatalf("open PostgreSQL at %s: %v", source, err)
 	}
+	return ready(t, db, source)
+}
+
+// ready closes db when the test ends, caps its connections and fails the
+// test if the server doesn't answer a ping.
+func ready(t testing.TB, db *sql.DB, source string) *sql.DB {
+	t.Helper()
 	t.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(maxPostgresConns)
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
