@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -152,20 +151,23 @@ func connect(ctx context.Context, cfg config) (*env, error) {
 			etcd = append(etcd, addr)
 		}
 	}
-	via := func(host string, port uint16) (string, uint16, error) { return host, port, nil }
-	if cfg.delay > 0 {
-		via = func(host string, port uint16) (string, uint16, error) {
-			addr, err := e.delayed(net.JoinHostPort(host, strconv.Itoa(int(port))), cfg.delay)
-			if err != nil {
-				return "", 0, fmt.Errorf("PostgreSQL: %w", err)
-			}
-			host, p, _ := net.SplitHostPort(addr)
-			n, _ := strconv.Atoi(p)
-			return host, uint16(n), nil
-		}
+	pc, err := pgx.ParseConfig(cfg.dsn)
+	if err != nil { // not err itself: it quotes the DSN, password and all
+		e.close()
+		return nil, errors.New("the PostgreSQL DSN does not parse")
 	}
-	var err error
-	if e.db, err = openPostgres(ctx, cfg.dsn, cfg.clients+4, nil, via); err != nil {
+	pc.Fallbacks = nil
+	if cfg.delay > 0 {
+		addr, err := e.delayed(net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), cfg.delay)
+		if err != nil {
+			e.close()
+			return nil, fmt.Errorf("PostgreSQL: %w", err)
+		}
+		host, port, _ := net.SplitHostPort(addr)
+		n, _ := strconv.Atoi(port)
+		pc.Host, pc.Port = host, uint16(n)
+	}
+	if e.db, err = openPostgres(ctx, pc, cfg.clients+4, nil); err != nil {
 		e.close()
 		return nil, err
 	}
@@ -173,7 +175,7 @@ func connect(ctx context.Context, cfg config) (*env, error) {
 	// The pause scenario's sessions end when idle in a transaction for
 	// 1.5 s, as kvstore's do (2 s): the bound any database guard needs for
 	// a paused holder of a row or advisory lock.
-	if e.pausedb, err = openPostgres(ctx, cfg.dsn, 4, map[string]string{"idle_in_transaction_session_timeout": "1500"}, via); err != nil {
+	if e.pausedb, err = openPostgres(ctx, pc, 4, map[string]string{"idle_in_transaction_session_timeout": "1500"}); err != nil {
 		e.close()
 		return nil, err
 	}
@@ -211,35 +213,13 @@ func (e *env) delayed(addr string, delay time.Duration) (string, error) {
 	return p.Addr(), nil
 }
 
-// openPostgres opens dsn with the given run-time parameters, at the
-// address via gives for the DSN's, and checks that the server answers.
-func openPostgres(ctx context.Context, dsn string, conns int, params map[string]string, via func(string, uint16) (string, uint16, error)) (*sql.DB, error) {
-	if len(params) > 0 {
-		if strings.Contains(dsn, "://") {
-			u, err := url.Parse(dsn)
-			if err != nil {
-				return nil, errors.New("the PostgreSQL DSN is not a valid URL")
-			}
-			q := u.Query()
-			for k, v := range params {
-				q.Set(k, v)
-			}
-			u.RawQuery = q.Encode()
-			dsn = u.String()
-		} else {
-			for k, v := range params {
-				dsn += " " + k + "=" + v
-			}
-		}
+// openPostgres opens a pool of conns connections configured by pc, with
+// the given run-time parameters added, and checks that the server answers.
+func openPostgres(ctx context.Context, pc *pgx.ConnConfig, conns int, params map[string]string) (*sql.DB, error) {
+	pc = pc.Copy()
+	for k, v := range params {
+		pc.RuntimeParams[k] = v
 	}
-	pc, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, errors.New("the PostgreSQL DSN does not parse")
-	}
-	if pc.Host, pc.Port, err = via(pc.Host, pc.Port); err != nil {
-		return nil, err
-	}
-	pc.Fallbacks = nil
 	db := stdlib.OpenDB(*pc)
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
