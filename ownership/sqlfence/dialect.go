@@ -136,7 +136,7 @@ WHERE (f.epoch, f.owner COLLATE %[3]s, f.incarnation COLLATE %[3]s)
 		current:   fmt.Sprintf(`SELECT epoch, owner, incarnation FROM %s WHERE partition_id = $1`, table),
 		lock:      fmt.Sprintf(d.lock, table),
 		share:     d.shared(table, "f.epoch, f.owner, f.incarnation", ""),
-		gatedLock: d.exclusive(table),
+		gatedLock: d.underGate(table, "f.epoch, f.owner, f.incarnation", "", "pg_advisory_xact_lock", "NO KEY UPDATE"),
 		check:     d.shared(table, "1", "\n\tAND f.epoch = $2 AND f.owner COLLATE "+d.collate+" = $3 AND f.incarnation COLLATE "+d.collate+" = $4"),
 		claim: fmt.Sprintf(`INSERT INTO %s AS f (partition_id, epoch, owner, incarnation)
 %s
@@ -177,28 +177,24 @@ func (d Dialect) gated(table, p, epoch, owner, inc string) string {
 }
 
 // shared is the shared check of partition $1, returning cols of its row
-// (as f) where cond holds, "" without a gate. The row comes out of a join
-// with the partition's advisory lock taken shared, and it is locked FOR
-// SHARE above that join, so the advisory lock is always taken first: a
-// sharer waits behind a fence that waits for the advisory lock, instead
-// of joining the row's shared lock past it. FOR SHARE, not FOR KEY SHARE:
-// it must conflict with the fence's NO KEY UPDATE.
+// (as f) where cond holds, "" without a gate. FOR SHARE, not FOR KEY
+// SHARE: it must conflict with the fence's NO KEY UPDATE.
 func (d Dialect) shared(table, cols, cond string) string {
-	if !d.gate {
-		return ""
-	}
-	return fmt.Sprintf(`SELECT %s FROM %s AS f, (SELECT pg_advisory_xact_lock_shared(%s)) AS tenure_gate
-WHERE f.partition_id = $1%s FOR SHARE OF f`, cols, table, gateKey(table), cond)
+	return d.underGate(table, cols, cond, "pg_advisory_xact_lock_shared", "SHARE")
 }
 
-// exclusive is the lock statement under the partition's advisory lock,
-// taken exclusively first (as in shared), "" without a gate.
-func (d Dialect) exclusive(table string) string {
+// underGate selects cols of partition $1's row (as f) where cond holds,
+// locked in mode, out of a join with the partition's advisory lock taken
+// by lockFn; "" without a gate. The row is locked above that join, so the
+// advisory lock is always taken first: a sharer waits behind a fence that
+// waits for the advisory lock, instead of joining the row's shared lock
+// past it, and nothing holds the row while it waits for the gate.
+func (d Dialect) underGate(table, cols, cond, lockFn, mode string) string {
 	if !d.gate {
 		return ""
 	}
-	return fmt.Sprintf(`SELECT f.epoch, f.owner, f.incarnation FROM %s AS f, (SELECT pg_advisory_xact_lock(%s)) AS tenure_gate
-WHERE f.partition_id = $1 FOR NO KEY UPDATE OF f`, table, gateKey(table))
+	return fmt.Sprintf(`SELECT %s FROM %s AS f, (SELECT %s(%s)) AS tenure_gate
+WHERE f.partition_id = $1%s FOR %s OF f`, cols, table, lockFn, gateKey(table), cond, mode)
 }
 
 // checkSQL locks partition $1's row exclusively (NO KEY UPDATE) and
