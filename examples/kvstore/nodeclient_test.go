@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/ring"
 )
@@ -363,19 +364,10 @@ func ncWaitOwned(ctx context.Context, t *testing.T, nodes []*kvnode.Node) {
 	}
 }
 
-// ncPoll polls cond every 20 ms until it holds (true) or timeout or ctx
-// ends (false).
+// ncPoll polls cond (tenuretest.Poll) until it holds (true), or timeout
+// passes or ctx ends (false).
 func ncPoll(ctx context.Context, timeout time.Duration, cond func() bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return cond()
-		case <-tick.C:
-		}
-	}
-	return true
+	return tenuretest.Poll(ctx, cond) == nil
 }
