@@ -73,8 +73,8 @@ func (c Config) Validate() error {
 type Fence struct {
 	kv     clientv3.KV
 	prefix string
-	verify Verifier
-	sign   Signer
+	verify ownership.Verifier
+	sign   ownership.Signer
 }
 
 var _ ownership.Fence = (*Fence)(nil)

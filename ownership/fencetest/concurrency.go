@@ -267,6 +267,11 @@ func testAuthority(t *testing.T, s *suite) {
 		t.Fatalf("retried claim = %v, %v", tb, err)
 	}
 	WantStale(t, x.Write(s.ctx, ta, ownership.Exact, "k", "late"), tb)
+	// Only seen's epoch counts: the mark's epoch under another name.
+	tb, err = a.Claim(s.ctx, 9, nb, Tok(9, 2, "someone", 0))
+	if err != nil || !tb.Same(Tok(9, 3, "b", 5)) {
+		t.Fatalf("claim from the mark's epoch under another name = %v, %v", tb, err)
+	}
 	if _, err := a.Claim(s.ctx, 9, na, ta); !errors.Is(err, ownership.ErrConflict) {
 		t.Fatalf("claim above a superseded epoch = %v, want ErrConflict", err)
 	}
