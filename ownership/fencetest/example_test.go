@@ -82,9 +82,13 @@ func (s *store) sign(mark ownership.Token) ownership.Token {
 	return s.keys.Sign(mark)
 }
 
-// subject wraps a fresh store for the suite.
-func subject(keys *ownership.Keyring, broken string) fencetest.Subject {
-	s := &store{keys: keys, broken: broken, marks: map[uint32]ownership.Token{}, data: map[string]string{}}
+func newStore(keys *ownership.Keyring) *store {
+	return &store{keys: keys, marks: map[uint32]ownership.Token{}, data: map[string]string{}}
+}
+
+// subject is the store as the suite sees it: its fence, its marks, and a
+// fenced write and a read of one key.
+func (s *store) subject() fencetest.Subject {
 	return fencetest.Subject{
 		Fence: s,
 		Current: func(ctx context.Context, p uint32) (ownership.Token, error) {
@@ -92,7 +96,7 @@ func subject(keys *ownership.Keyring, broken string) fencetest.Subject {
 			defer s.mu.Unlock()
 			return s.marks[p], nil
 		},
-		Write: s.Do,
+		Write: s.Do, // (ctx, token, mode, key, value)
 		Read: func(ctx context.Context, key string) (string, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -104,9 +108,9 @@ func subject(keys *ownership.Keyring, broken string) fencetest.Subject {
 // TestStoreFence checks the store's fence against the contract.
 func TestStoreFence(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
-		New: func(t testing.TB) fencetest.Subject { return subject(nil, "") },
+		New: func(t testing.TB) fencetest.Subject { return newStore(nil).subject() },
 		NewKeyed: func(t testing.TB, keys *ownership.Keyring) fencetest.Subject {
-			return subject(keys, "")
+			return newStore(keys).subject()
 		},
 	})
 }

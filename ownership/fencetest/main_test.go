@@ -22,9 +22,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestSuiteFindsDefects(t *testing.T) {
 	if defect := os.Getenv("FENCETEST_DEFECT"); defect != "" {
 		fencetest.Run(t, fencetest.Config{
-			New: func(t testing.TB) fencetest.Subject { return subject(nil, defect) },
+			New: func(t testing.TB) fencetest.Subject { return broken(nil, defect) },
 			NewKeyed: func(t testing.TB, keys *ownership.Keyring) fencetest.Subject {
-				return subject(keys, defect)
+				return broken(keys, defect)
 			},
 		})
 		return
@@ -49,4 +49,11 @@ func TestSuiteFindsDefects(t *testing.T) {
 			}
 		}
 	}
+}
+
+// broken returns the example store with defect.
+func broken(keys *ownership.Keyring, defect string) fencetest.Subject {
+	s := newStore(keys)
+	s.broken = defect
+	return s.subject()
 }
