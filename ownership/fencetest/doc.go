@@ -22,5 +22,5 @@
 // issues each epoch once, densely and in real-time order (S4).
 //
 // The suite's tests run in parallel with each other, each on its own
-// fresh Subject, and every one is bounded by Config.Timeout.
+// fresh Subject, and every one is bounded by a minute.
 package fencetest

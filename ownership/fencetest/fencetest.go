@@ -48,9 +48,10 @@ type Config struct {
 	// suite checks its claims. Default false: the authority tests do not
 	// run.
 	Strict bool
-	// Timeout bounds each test. Default one minute.
-	Timeout time.Duration
 }
+
+// timeout bounds each test of the suite.
+const timeout = time.Minute
 
 // Run runs the contract suite against the fences cfg makes, each test as
 // a parallel subtest of t.
@@ -58,9 +59,6 @@ func Run(t *testing.T, cfg Config) {
 	t.Helper()
 	if cfg.New == nil {
 		t.Fatal("fencetest: Config.New is nil")
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = time.Minute
 	}
 	tests := []test{
 		{"Advance", testAdvance},
@@ -84,7 +82,7 @@ func Run(t *testing.T, cfg Config) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			t.Cleanup(cancel)
 			tc.run(t, &suite{cfg: cfg, ctx: ctx})
 		})
