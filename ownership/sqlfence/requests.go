@@ -37,7 +37,9 @@ type RequestsConfig struct {
 // a duplicate finds it exactly when the first write committed, on this
 // owner or a former one (whose commit, if it is accepted, precedes the new
 // owner's fence). The record is per partition: route every retry by the
-// same key.
+// same key. The claim comes after the fence's check, so a transaction
+// waiting for a request id holds only locks its holder holds too (the
+// partition's, shared): it adds no lock order, and a fence waits for both.
 //
 // The table (created by CreateSchema):
 //

@@ -182,7 +182,8 @@ func TestRequestsConcurrentDuplicates(t *testing.T) {
 
 // TestRequestsDuplicateWaitsForTheFirst: on PostgreSQL, a duplicate that
 // arrives while the first write of its request id is still in its
-// transaction waits for it and gets its result, in both modes. With
+// transaction waits for it and gets its result, in both modes, and a
+// fence arriving meanwhile waits for both. With
 // Config.Concurrent the two transactions share the partition's row, and
 // the duplicate used to look the id up, find nothing, run fn a second time
 // and fail on the record's unique key: a plain error for a write that had
@@ -233,7 +234,17 @@ func TestRequestsDuplicateWaitsForTheFirst(t *testing.T) {
 			pollUntil(t, "the duplicate waiting or running", func() bool {
 				return runs.Load() > 1 || lockWaiters(t, db, reqTable, "", "") > 0 || lockWaiters(t, db, fenceTable, "", "") > 0
 			})
+			// A fence that arrives now queues behind both and does not
+			// deadlock with them: the id is claimed after the partition's
+			// locks, and waited for only by holders of the same ones.
+			fenced := fenceAsync(ctx, f, tok(1, 2, "b", 1))
+			pollUntil(t, "the duplicate and the fence waiting", func() bool {
+				return runs.Load() > 1 || lockWaiters(t, db, reqTable, "", "")+lockWaiters(t, db, fenceTable, "", "") >= 2
+			})
 			unblock()
+			if err := <-fenced; err != nil {
+				t.Errorf("fence: %v", err)
+			}
 			if got, want := <-first, "first dup=false err=<nil>"; got != want {
 				t.Errorf("first write: %s, want %s", got, want)
 			}
