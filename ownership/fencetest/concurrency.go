@@ -95,7 +95,7 @@ func testConcurrentWriters(t *testing.T, s *suite, mode ownership.Mode) {
 		writes           []*write
 		fenceStart       [len(toks)]uint64
 		fenceEnd         [len(toks)]uint64
-		seen             = map[string]int{} // key -> the fence after which it showed, or -1: absent then
+		absent           = map[string]int{} // key -> i: absent right after the fence of toks[i]
 		wg               sync.WaitGroup
 	)
 	fenceEnd[0] = clock.Add(1)
@@ -133,7 +133,7 @@ func testConcurrentWriters(t *testing.T, s *suite, mode ownership.Mode) {
 				}
 				if v == "" {
 					mu.Lock()
-					seen[w.key] = -i
+					absent[w.key] = i
 					mu.Unlock()
 				}
 			}
@@ -207,8 +207,8 @@ func testConcurrentWriters(t *testing.T, s *suite, mode ownership.Mode) {
 				}
 			}
 		}
-		if at, ok := seen[w.key]; ok {
-			t.Fatalf("write under %v applied, but it was absent right after the fence of %v returned", tk, toks[-at])
+		if i, ok := absent[w.key]; ok {
+			t.Fatalf("write under %v applied, but it was absent right after the fence of %v returned", tk, toks[i])
 		}
 	}
 	want := toks[max(fences, top)]
