@@ -8,7 +8,11 @@
 //   - A Fence is the resource side: it keeps the highest token per
 //     partition and rejects lower ones with a *StaleTokenError (errors.Is
 //     ErrStaleToken) that carries the current token. MemoryFence serves
-//     resources inside one process; package sqlfence serves SQL databases.
+//     resources inside one process; package sqlfence serves SQL databases,
+//     and the module etcdfence etcd. Fences that authenticate tokens take a
+//     Verifier and sign their stale answers with a Signer (a Keyring is
+//     both). Package fencetest is the contract every Fence keeps, as a
+//     test suite to run against a fence of your own.
 //   - An Authority mints tokens. GossipAuthority takes epochs from the
 //     gossiped Register (merge = max); sqlfence's authority issues them
 //     strictly from the database.

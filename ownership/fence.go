@@ -59,3 +59,24 @@ func Judge(t, mark Token) error {
 		return &NotFencedError{Token: t, Mark: mark}
 	}
 }
+
+// A Verifier authenticates a token before a fence acts on it (for example
+// a Keyring checking the token's MAC). Verify returns nil for an authentic
+// token and an error, which should wrap ErrBadMAC, otherwise. It is called
+// concurrently and must not block.
+type Verifier interface {
+	Verify(t Token) error
+}
+
+// A Signer signs the marks a fence reports (for example a Keyring): a
+// keyed cluster believes the current token of a stale answer only if it
+// carries a valid MAC, and a fence may keep a mark without its MAC. It is
+// called concurrently and must not block.
+type Signer interface {
+	Sign(t Token) Token
+}
+
+var (
+	_ Verifier = (*Keyring)(nil)
+	_ Signer   = (*Keyring)(nil)
+)

@@ -22,22 +22,15 @@ const DefaultPrefix = "tenure/fence/"
 // round saw the mark move up, which a call can't outlast forever.
 const maxRounds = 64
 
-// A Verifier authenticates a token before the fence acts on it (for
-// example an ownership.Keyring checking the token's MAC). Verify returns
-// nil for an authentic token and an error, which should wrap
-// ownership.ErrBadMAC, otherwise. It is called concurrently and must not
-// block.
-type Verifier interface {
-	Verify(t ownership.Token) error
-}
+// Verifier is ownership.Verifier.
+//
+// Deprecated: use ownership.Verifier, which every fence shares.
+type Verifier = ownership.Verifier
 
-// A Signer signs the marks a fence reports (for example an
-// ownership.Keyring): a keyed cluster believes the current token of a
-// stale answer only if it carries a valid MAC, and a mark is kept without
-// its MAC. It is called concurrently and must not block.
-type Signer interface {
-	Sign(t ownership.Token) ownership.Token
-}
+// Signer is ownership.Signer.
+//
+// Deprecated: use ownership.Signer, which every fence shares.
+type Signer = ownership.Signer
 
 // Config configures a Fence. The zero Config is valid.
 type Config struct {
@@ -50,7 +43,7 @@ type Config struct {
 	// and rejects the call when it fails. Default nil: tokens are not
 	// authenticated, so any client that can reach etcd can fence out the
 	// owners with a large epoch.
-	Verifier Verifier
+	Verifier ownership.Verifier
 	// Signer, if set, signs the mark of every stale answer (the Current
 	// of a *ownership.StaleTokenError, and the mark Fence returns with
 	// it). Set it, with Verifier, to the cluster's token keyring when the
@@ -60,7 +53,7 @@ type Config struct {
 	// vouches for the mark: set Verifier too, so that every mark was
 	// authentic when it was fenced. Default nil: marks are reported
 	// unsigned.
-	Signer Signer
+	Signer ownership.Signer
 }
 
 // Validate reports whether c is usable. It does not modify c.
@@ -80,8 +73,8 @@ func (c Config) Validate() error {
 type Fence struct {
 	kv     clientv3.KV
 	prefix string
-	verify Verifier
-	sign   Signer
+	verify ownership.Verifier
+	sign   ownership.Signer
 }
 
 var _ ownership.Fence = (*Fence)(nil)

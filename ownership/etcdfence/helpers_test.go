@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -95,18 +94,6 @@ func mustFence(t testing.TB, f *etcdfence.Fence, tk ownership.Token) {
 	t.Helper()
 	if got, err := f.Fence(testContext(t), tk); err != nil || !got.Same(tk) {
 		t.Fatalf("Fence(%v) = %v, %v", tk, got, err)
-	}
-}
-
-// wantStale fails unless err is a stale-token error carrying current.
-func wantStale(t testing.TB, err error, current ownership.Token) {
-	t.Helper()
-	se, ok := errors.AsType[*ownership.StaleTokenError](err)
-	if !ok {
-		t.Fatalf("error %v, want a *StaleTokenError", err)
-	}
-	if !se.Current.Same(current) {
-		t.Fatalf("stale error carries current %v, want %v", se.Current, current)
 	}
 }
 

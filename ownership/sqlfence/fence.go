@@ -15,22 +15,15 @@ import (
 	"github.com/tenure-go/tenure/ownership"
 )
 
-// A Verifier authenticates a token before the fence acts on it (for
-// example an ownership keyring checking the token's MAC). Verify returns nil
-// for an authentic token and an error, which should wrap
-// ownership.ErrBadMAC, otherwise. It is called concurrently and must not
-// block.
-type Verifier interface {
-	Verify(t ownership.Token) error
-}
+// Verifier is ownership.Verifier.
+//
+// Deprecated: use ownership.Verifier, which every fence shares.
+type Verifier = ownership.Verifier
 
-// A Signer signs the marks a fence reports (for example an
-// ownership.Keyring): a keyed cluster believes the current token of a
-// stale answer only if it carries a valid MAC, and a mark is kept without
-// its MAC. It is called concurrently and must not block.
-type Signer interface {
-	Sign(t ownership.Token) ownership.Token
-}
+// Signer is ownership.Signer.
+//
+// Deprecated: use ownership.Signer, which every fence shares.
+type Signer = ownership.Signer
 
 // Config configures a Fence. The zero Config is valid.
 type Config struct {
@@ -43,7 +36,7 @@ type Config struct {
 	// and rejects the call when it fails. Default nil: tokens are not
 	// authenticated, so any client that can reach the fence can fence out
 	// the owners with a large epoch. The check costs one MAC per call.
-	Verifier Verifier
+	Verifier ownership.Verifier
 	// Signer, if set, signs the mark of every stale answer (the Current
 	// of a *ownership.StaleTokenError, and the mark Fence returns with
 	// it). Set it, with Verifier, to the cluster's token keyring when the
@@ -53,7 +46,7 @@ type Config struct {
 	// vouches for the mark: set Verifier too, so that every mark was
 	// authentic when it was fenced. Default nil: marks are reported
 	// unsigned.
-	Signer Signer
+	Signer ownership.Signer
 	// Concurrent lets the Exact transactions of Do and DoConn on one
 	// partition run side by side on PostgreSQL: the check takes a shared
 	// lock on the partition's row (FOR SHARE) instead of an exclusive
@@ -100,8 +93,8 @@ type Fence struct {
 	db     *sql.DB
 	d      Dialect
 	sql    statements
-	verify Verifier
-	sign   Signer
+	verify ownership.Verifier
+	sign   ownership.Signer
 	conc   bool // Config.Concurrent
 
 	mu       sync.Mutex

@@ -38,51 +38,6 @@ func wantStale(t *testing.T, err error, current ownership.Token) {
 	}
 }
 
-func TestFenceAdvances(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			f := newFence(t, b.open(t), b.dialect)
-			ctx, cancel := testContext(t)
-			defer cancel()
-
-			got, err := f.Current(ctx, 7)
-			if err != nil || !got.IsZero() || got.Partition != 7 {
-				t.Fatalf("Current of unfenced partition = %v, %v; want zero token of p7", got, err)
-			}
-			t1 := tok(7, 1, "a", 1)
-			t2 := tok(7, 2, "b", 2)
-			for _, step := range []struct {
-				fence, want ownership.Token
-				stale       bool
-			}{
-				{fence: t1, want: t1},
-				{fence: t1, want: t1},              // refence: no-op
-				{fence: t2, want: t2},              // advance
-				{fence: t1, want: t2, stale: true}, // lower
-				{fence: t2, want: t2},
-			} {
-				mark, err := f.Fence(ctx, step.fence)
-				if step.stale {
-					wantStale(t, err, step.want)
-				} else if err != nil {
-					t.Fatalf("Fence(%v): %v", step.fence, err)
-				}
-				if !mark.Same(step.want) {
-					t.Fatalf("Fence(%v) = %v, want %v", step.fence, mark, step.want)
-				}
-				if cur, err := f.Current(ctx, 7); err != nil || !cur.Same(step.want) {
-					t.Fatalf("Current after Fence(%v) = %v, %v; want %v", step.fence, cur, err, step.want)
-				}
-			}
-			// Other partitions are independent.
-			if got, err := f.Fence(ctx, tok(8, 1, "a", 1)); err != nil || !got.Same(tok(8, 1, "a", 1)) {
-				t.Fatalf("Fence on p8 = %v, %v", got, err)
-			}
-		})
-	}
-}
-
 // TestFenceOrder checks that the database orders tokens exactly as
 // Token.Compare does: owner names bytewise (not by the server's locale),
 // incarnations as unsigned numbers.
@@ -163,7 +118,11 @@ func TestFenceOrder(t *testing.T) {
 	}
 }
 
-func TestDoExact(t *testing.T) {
+// TestDoMonotonicRollback: a higher Monotonic write that rolls back
+// leaves the mark alone, and a fenced transaction leaves no connection in
+// use. (Exact and Monotonic themselves are in the contract suite,
+// TestContract.)
+func TestDoMonotonicRollback(t *testing.T) {
 	for b, via := range everyPath() {
 		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
@@ -172,60 +131,10 @@ func TestDoExact(t *testing.T) {
 			kv := newKV(t, db, via)
 			ctx, cancel := testContext(t)
 			defer cancel()
-
-			t1, t2, t3 := tok(3, 1, "a", 1), tok(3, 2, "b", 2), tok(3, 3, "c", 3)
-			// Never fenced: even the right token is refused.
-			if err := kv.put(ctx, f, t1, ownership.Exact, "k", "v0"); !errors.Is(err, ownership.ErrNotFenced) {
-				t.Fatalf("Exact write to an unfenced partition = %v, want ErrNotFenced", err)
-			}
-			mustFence(t, f, t1)
-			if err := kv.put(ctx, f, t1, ownership.Exact, "k", "v1"); err != nil {
-				t.Fatalf("write under the mark: %v", err)
-			}
-			mustFence(t, f, t2)
-			wantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k", "old"), t2)
-			if err := kv.put(ctx, f, t3, ownership.Exact, "k", "unfenced"); !errors.Is(err, ownership.ErrNotFenced) {
-				t.Fatalf("Exact write above the mark = %v, want ErrNotFenced", err)
-			}
-			if err := kv.put(ctx, f, t2, ownership.Exact, "k", "v2"); err != nil {
-				t.Fatalf("write under the new mark: %v", err)
-			}
-			if got := kv.get(t, "k"); got != "v2" {
-				t.Fatalf("k = %q, want v2", got)
-			}
-			if cur, _ := f.Current(ctx, 3); !cur.Same(t2) {
-				t.Fatalf("Exact writes moved the mark to %v", cur)
-			}
-			if n := db.Stats().InUse; n != 0 {
-				t.Fatalf("%d connections still in use", n)
-			}
-		})
-	}
-}
-
-func TestDoMonotonic(t *testing.T) {
-	for b, via := range everyPath() {
-		t.Run(b.name+"/"+via.name, func(t *testing.T) {
-			t.Parallel()
-			db := b.open(t)
-			f := newFence(t, db, b.dialect)
-			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
-
-			t1, t2, t3 := tok(4, 1, "a", 1), tok(4, 2, "b", 2), tok(4, 3, "c", 3)
-			// A first write fences the partition.
+			t2, t3 := tok(4, 2, "b", 2), tok(4, 3, "c", 3)
 			if err := kv.put(ctx, f, t2, ownership.Monotonic, "k", "v2"); err != nil {
 				t.Fatalf("first monotonic write: %v", err)
 			}
-			if cur, _ := f.Current(ctx, 4); !cur.Same(t2) {
-				t.Fatalf("mark after first write = %v, want %v", cur, t2)
-			}
-			wantStale(t, kv.put(ctx, f, t1, ownership.Monotonic, "k", "old"), t2)
-			if _, err := f.Fence(ctx, t1); !errors.Is(err, ownership.ErrStaleToken) {
-				t.Fatalf("Fence below a monotonic write: %v", err)
-			}
-			// A higher write that rolls back leaves the mark alone.
 			boom := errors.New("boom")
 			err := via.do(f, ctx, t3, ownership.Monotonic, func(tx sqlfence.Tx) error {
 				if _, err := tx.ExecContext(ctx, kv.upsert, "k", "rolled back"); err != nil {
@@ -239,15 +148,11 @@ func TestDoMonotonic(t *testing.T) {
 			if cur, _ := f.Current(ctx, 4); !cur.Same(t2) {
 				t.Fatalf("rolled-back write moved the mark to %v", cur)
 			}
-			if err := kv.put(ctx, f, t3, ownership.Monotonic, "k", "v3"); err != nil {
-				t.Fatalf("higher monotonic write: %v", err)
+			if got := kv.get(t, "k"); got != "v2" {
+				t.Fatalf("k = %q, want v2", got)
 			}
-			if cur, _ := f.Current(ctx, 4); !cur.Same(t3) {
-				t.Fatalf("mark after higher write = %v, want %v", cur, t3)
-			}
-			wantStale(t, kv.put(ctx, f, t2, ownership.Exact, "k", "old"), t3)
-			if got := kv.get(t, "k"); got != "v3" {
-				t.Fatalf("k = %q, want v3", got)
+			if n := db.Stats().InUse; n != 0 {
+				t.Fatalf("%d connections still in use", n)
 			}
 		})
 	}
@@ -417,55 +322,24 @@ func TestAuthorityClaimsAboveInt32(t *testing.T) {
 	}
 }
 
-func TestAuthorityClaims(t *testing.T) {
+// TestAuthorityUsageErrors: a claim by a node without a name or with a
+// NUL in it, or from a token of another partition or an epoch the table
+// can't raise, is a usage error, never a conflict, and changes nothing.
+// (The claims themselves are in the contract suite, TestContract.)
+func TestAuthorityUsageErrors(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
-			kv := newKV(t, db, paths()[0])
 			a := f.Authority()
 			ctx, cancel := testContext(t)
 			defer cancel()
-			na, nb := ownership.Node{Name: "a", Incarnation: 1 << 63}, ownership.Node{Name: "b", Incarnation: 5}
-
-			ta, err := a.Claim(ctx, 9, na, ownership.Token{})
-			if err != nil || !ta.Same(tok(9, 1, "a", 1<<63)) {
-				t.Fatalf("first claim = %v, %v", ta, err)
+			na := ownership.Node{Name: "a", Incarnation: 1 << 63}
+			tb, err := a.Claim(ctx, 9, na, ownership.Token{})
+			if err != nil {
+				t.Fatal(err)
 			}
-			// The claim is a fence: the claimant may write at once.
-			if err := kv.put(ctx, f, ta, ownership.Exact, "k", "a"); err != nil {
-				t.Fatalf("write under a claimed token: %v", err)
-			}
-			// Claiming from a stale view loses and learns the mark.
-			_, err = a.Claim(ctx, 9, nb, ownership.Token{})
-			var ce *sqlfence.ConflictError
-			if !errors.Is(err, ownership.ErrConflict) || !errors.As(err, &ce) || !ce.Current.Same(ta) {
-				t.Fatalf("claim from a stale view = %v, want a conflict carrying %v", err, ta)
-			}
-			tb, err := a.Claim(ctx, 9, nb, ce.Current)
-			if err != nil || !tb.Same(tok(9, 2, "b", 5)) {
-				t.Fatalf("retried claim = %v, %v", tb, err)
-			}
-			wantStale(t, kv.put(ctx, f, ta, ownership.Exact, "k", "late"), tb)
-			if _, err := a.Claim(ctx, 9, na, ta); !errors.Is(err, ownership.ErrConflict) {
-				t.Fatalf("claim above a superseded epoch = %v", err)
-			}
-			// A claimant that has seen more than the table holds (a table
-			// reset or restored, gossip remembering later epochs) claims
-			// above what it saw: no token is issued twice across a reset.
-			// Issue 11, defect 6: this used to be a conflict carrying the
-			// lower mark, and claims above gossip's epoch lost forever.
-			tc, err := a.Claim(ctx, 9, na, tok(9, 7, "x", 0))
-			if err != nil || !tc.Same(tok(9, 8, "a", 1<<63)) {
-				t.Fatalf("claim above an epoch the table never had = %v, %v; want epoch 8", tc, err)
-			}
-			wantStale(t, kv.put(ctx, f, tb, ownership.Exact, "k", "late"), tc)
-			// A partition with no row the same way.
-			if td, err := a.Claim(ctx, 12, na, tok(12, 3, "x", 0)); err != nil || td.Epoch != 4 {
-				t.Fatalf("claim above epoch 3 of a partition without a row = %v, %v; want epoch 4", td, err)
-			}
-			tb = tc
 			for _, bad := range []struct {
 				n    ownership.Node
 				seen ownership.Token
@@ -481,40 +355,6 @@ func TestAuthorityClaims(t *testing.T) {
 			}
 			if cur, _ := f.Current(ctx, 9); !cur.Same(tb) {
 				t.Fatalf("mark = %v, want %v", cur, tb)
-			}
-		})
-	}
-}
-
-func TestVerifier(t *testing.T) {
-	keys, err := ownership.NewKeyring(ownership.Key("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for b, via := range everyPath() {
-		t.Run(b.name+"/"+via.name, func(t *testing.T) {
-			t.Parallel()
-			db := b.open(t)
-			f, _ := newFenceTable(t, db, b.dialect, sqlfence.Config{Verifier: keys})
-			ctx, cancel := testContext(t)
-			defer cancel()
-			good := keys.Sign(tok(1, 1, "good", 1))
-			forged := good
-			forged.Epoch = 1 << 40
-			for _, bad := range []ownership.Token{tok(1, 1<<40, "evil", 1), forged} {
-				if _, err := f.Fence(ctx, bad); !errors.Is(err, ownership.ErrBadMAC) {
-					t.Fatalf("Fence(%v) = %v, want ErrBadMAC", bad, err)
-				}
-				if err := via.do(f, ctx, bad, ownership.Monotonic, func(sqlfence.Tx) error { return nil }); !errors.Is(err, ownership.ErrBadMAC) {
-					t.Fatalf("Do(%v) = %v, want ErrBadMAC", bad, err)
-				}
-			}
-			if cur, _ := f.Current(ctx, 1); !cur.IsZero() {
-				t.Fatalf("unauthentic token fenced: mark %v", cur)
-			}
-			mustFence(t, f, good)
-			if err := via.do(f, ctx, good, ownership.Exact, func(sqlfence.Tx) error { return nil }); err != nil {
-				t.Fatalf("Do with a signed token: %v", err)
 			}
 		})
 	}
@@ -670,42 +510,6 @@ func (s *kv) get(t *testing.T, k string) string {
 		t.Fatalf("get %q: %v", k, err)
 	}
 	return v
-}
-
-// Issue 11, defect 2: a keyed cluster believes a stale answer's current
-// token only with a valid MAC, and marks are kept without theirs: with a
-// Signer, every stale answer (Fence's and Do's) carries a signed mark.
-func TestSignerSignsStaleAnswers(t *testing.T) {
-	keys, err := ownership.NewKeyring(ownership.Key("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			f, _ := newFenceTable(t, b.open(t), b.dialect, sqlfence.Config{Verifier: keys, Signer: keys})
-			ctx, cancel := testContext(t)
-			defer cancel()
-			low, high := keys.Sign(tok(1, 1, "a", 1)), keys.Sign(tok(1, 2, "b", 1))
-			if _, err := f.Fence(ctx, high); err != nil {
-				t.Fatal(err)
-			}
-			mark, ferr := f.Fence(ctx, low)
-			derr := f.Do(ctx, low, ownership.Exact, func(*sql.Tx) error { return nil })
-			for what, err := range map[string]error{"Fence": ferr, "Do": derr} {
-				var st *ownership.StaleTokenError
-				if !errors.As(err, &st) {
-					t.Fatalf("%s under a lower token: %v, want stale", what, err)
-				}
-				if st.Current.Compare(high) != 0 || keys.Verify(st.Current) != nil {
-					t.Fatalf("%s's stale answer names %v (%v), want %v signed", what, st.Current, keys.Verify(st.Current), high)
-				}
-			}
-			if keys.Verify(mark) != nil {
-				t.Fatalf("Fence returned an unsigned mark %v", mark)
-			}
-		})
-	}
 }
 
 // fenceAsync runs f.Fence(ctx, tok) in the background; its error comes

@@ -28,13 +28,18 @@ type RequestsConfig struct {
 // (or a router) may then retry a write whose outcome was unknown as often
 // as it likes.
 //
-// Why it holds: Fence.Do locks the partition's fence row from its check to
-// its commit, so the writes of one partition, duplicates included, run one
-// at a time; and a record commits with its write or not at all, so a
-// duplicate finds the record exactly when the first write committed, on
-// this owner or a former one (whose commit, if it is accepted, precedes the
-// new owner's fence). The record is per partition: route every retry by
-// the same key.
+// Why it holds: Once claims the id before it runs the write, by inserting
+// its record; a duplicate's claim waits on the record's key until the
+// first transaction ends, then finds the record (committed) or makes its
+// own (rolled back). So duplicates apply once whether or not the fence
+// serializes the partition's transactions (Config.Concurrent shares the
+// partition's row). And a record commits with its write or not at all, so
+// a duplicate finds it exactly when the first write committed, on this
+// owner or a former one (whose commit, if it is accepted, precedes the new
+// owner's fence). The record is per partition: route every retry by the
+// same key. The claim comes after the fence's check, so a transaction
+// waiting for a request id holds only locks its holder holds too (the
+// partition's, shared): it adds no lock order, and a fence waits for both.
 //
 // The table (created by CreateSchema):
 //
@@ -48,9 +53,9 @@ type RequestsConfig struct {
 //
 // Requests is safe for concurrent use.
 type Requests struct {
-	now                    func() time.Time
-	schema, lookup, record string
-	forget                 string
+	now                           func() time.Time
+	schema, claim, lookup, record string
+	withdraw, forget              string
 }
 
 // NewRequests returns the request table of dialect d for cfg. It does not
@@ -81,9 +86,13 @@ func NewRequests(d Dialect, cfg RequestsConfig) (*Requests, error) {
 	result ` + blob + ` NOT NULL,
 	created_ms BIGINT NOT NULL,
 	PRIMARY KEY (partition_id, request_id))`,
-		lookup: `SELECT result FROM ` + t + ` WHERE partition_id = $1 AND request_id = $2`,
-		record: `INSERT INTO ` + t + ` (partition_id, request_id, result, created_ms) VALUES ($1, $2, $3, $4)`,
-		forget: `DELETE FROM ` + t + ` WHERE created_ms < $1`,
+		// The claim waits for a transaction that inserted the same key
+		// and has not ended, and inserts nothing if the key is there.
+		claim:    `INSERT INTO ` + t + ` (partition_id, request_id, result, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (partition_id, request_id) DO NOTHING`,
+		lookup:   `SELECT result FROM ` + t + ` WHERE partition_id = $1 AND request_id = $2`,
+		record:   `UPDATE ` + t + ` SET result = $3 WHERE partition_id = $1 AND request_id = $2`,
+		withdraw: `DELETE FROM ` + t + ` WHERE partition_id = $1 AND request_id = $2`,
+		forget:   `DELETE FROM ` + t + ` WHERE created_ms < $1`,
 	}, nil
 }
 
@@ -98,29 +107,48 @@ func (r *Requests) CreateSchema(ctx context.Context, db *sql.DB) error {
 // Once runs fn in tx, the transaction of a Fence.Do for partition p, unless
 // p has a record of request id, and records fn's result under id. It
 // returns fn's result and dup false, or, for a duplicate, the result
-// recorded by the first write and dup true (fn does not run). An error from
-// fn is returned as it is and records nothing: the retry runs fn again.
-// An empty id runs fn and records nothing.
+// recorded by the first write and dup true (fn does not run). A duplicate
+// of a write whose transaction is still open waits for it to end. An error
+// from fn is returned as it is and records nothing: the retry runs fn
+// again. An empty id runs fn and records nothing.
 func (r *Requests) Once(ctx context.Context, tx *sql.Tx, p uint32, id string, fn func() ([]byte, error)) (result []byte, dup bool, err error) {
 	if id == "" {
 		result, err = fn()
 		return result, false, err
 	}
-	err = tx.QueryRowContext(ctx, r.lookup, int64(p), id).Scan(&result)
-	switch {
-	case err == nil:
+	// Claim the id first, with an empty result: a duplicate in another
+	// transaction waits here until this one ends.
+	res, err := tx.ExecContext(ctx, r.claim, int64(p), id, []byte{}, r.now().UnixMilli())
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("sqlfence: claim request %q of p%d: %w", id, p, err)
+	}
+	if n == 0 {
+		if err := tx.QueryRowContext(ctx, r.lookup, int64(p), id).Scan(&result); err != nil {
+			return nil, false, fmt.Errorf("sqlfence: look up request %q of p%d: %w", id, p, err)
+		}
 		return result, true, nil
-	case !errors.Is(err, sql.ErrNoRows):
-		return nil, false, fmt.Errorf("sqlfence: look up request %q of p%d: %w", id, p, err)
 	}
 	if result, err = fn(); err != nil {
+		// Withdraw the claim, in case the caller commits anyway.
+		if _, werr := tx.ExecContext(ctx, r.withdraw, int64(p), id); werr != nil {
+			return nil, false, fmt.Errorf("%w (and withdrawing request %q of p%d: %v)", err, id, p, werr)
+		}
 		return nil, false, err
 	}
-	stored := result
-	if stored == nil {
-		stored = []byte{} // NOT NULL
+	if len(result) == 0 {
+		return result, false, nil // the claim recorded it
 	}
-	if _, err := tx.ExecContext(ctx, r.record, int64(p), id, stored, r.now().UnixMilli()); err != nil {
+	if res, err = tx.ExecContext(ctx, r.record, int64(p), id, result); err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err == nil && n != 1 {
+		err = fmt.Errorf("%d records updated, want 1", n)
+	}
+	if err != nil {
 		return nil, false, fmt.Errorf("sqlfence: record request %q of p%d: %w", id, p, err)
 	}
 	return result, false, nil

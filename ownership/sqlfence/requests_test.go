@@ -16,7 +16,15 @@ import (
 // newRequests returns a request table of its own on db, created.
 func newRequests(t *testing.T, db *sql.DB, d sqlfence.Dialect, now func() time.Time) *sqlfence.Requests {
 	t.Helper()
-	r, err := sqlfence.NewRequests(d, sqlfence.RequestsConfig{Table: uniqueName(t, db, "tenure_requests"), Now: now})
+	r, _ := newRequestsTable(t, db, d, now)
+	return r
+}
+
+// newRequestsTable is newRequests that also returns the table's name.
+func newRequestsTable(t *testing.T, db *sql.DB, d sqlfence.Dialect, now func() time.Time) (*sqlfence.Requests, string) {
+	t.Helper()
+	table := uniqueName(t, db, "tenure_requests")
+	r, err := sqlfence.NewRequests(d, sqlfence.RequestsConfig{Table: table, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +33,7 @@ func newRequests(t *testing.T, db *sql.DB, d sqlfence.Dialect, now func() time.T
 	if err := r.CreateSchema(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	return r
+	return r, table
 }
 
 // A write with a request id applies once: a duplicate gets the first
@@ -72,6 +80,19 @@ func TestRequestsOnce(t *testing.T) {
 			if got, dup, err := write(e1, "r2", "retried", nil); err != nil || dup || got != "retried" {
 				t.Fatalf("retry of a failed write: %q %v %v", got, dup, err)
 			}
+			// A caller that commits despite fn's error leaves no record.
+			if err := f.Do(ctx, e1, ownership.Exact, func(tx *sql.Tx) error {
+				_, _, err := reqs.Once(ctx, tx, 1, "r4", func() ([]byte, error) { return nil, boom })
+				if !errors.Is(err, boom) {
+					return fmt.Errorf("Once = %v, want boom", err)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if got, dup, err := write(e1, "r4", "after a swallowed error", nil); err != nil || dup || got != "after a swallowed error" {
+				t.Fatalf("retry after a committed failure: %q %v %v", got, dup, err)
+			}
 			if _, dup, err := write(e1, "", "no id", nil); err != nil || dup {
 				t.Fatalf("no id: %v %v", dup, err)
 			}
@@ -98,49 +119,140 @@ func TestRequestsOnce(t *testing.T) {
 	}
 }
 
-// Duplicates racing on one partition apply once: the fence's row lock runs
-// them one at a time.
+// Duplicates racing on one partition apply once, in both modes: the
+// request id is locked before it is looked up, so a duplicate waits for
+// the first write's transaction and gets its result.
 func TestRequestsConcurrentDuplicates(t *testing.T) {
 	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+		for _, conc := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/concurrent=%v", b.name, conc), func(t *testing.T) {
+				t.Parallel()
+				ctx, cancel := testContext(t)
+				defer cancel()
+				db := b.open(t)
+				f, _ := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: conc})
+				reqs := newRequests(t, db, b.dialect, nil)
+				e1 := tok(1, 1, "a", 1)
+				mustFence(t, f, e1)
+				var runs, dups atomic.Int64
+				results := make(chan string, 8)
+				var wg sync.WaitGroup
+				errs := make(chan error, 8)
+				for i := range 8 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						errs <- f.Do(ctx, e1, ownership.Exact, func(tx *sql.Tx) error {
+							res, dup, err := reqs.Once(ctx, tx, 1, "same", func() ([]byte, error) {
+								runs.Add(1)
+								return []byte(fmt.Sprint(i)), nil
+							})
+							if dup {
+								dups.Add(1)
+							}
+							results <- string(res)
+							return err
+						})
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				close(results)
+				for err := range errs {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				if runs.Load() != 1 || dups.Load() != 7 {
+					t.Fatalf("%d runs, %d duplicates; want 1 and 7", runs.Load(), dups.Load())
+				}
+				first := ""
+				for r := range results {
+					if first == "" {
+						first = r
+					}
+					if r != first {
+						t.Fatalf("duplicates got results %q and %q; want the first for all", first, r)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestRequestsDuplicateWaitsForTheFirst: on PostgreSQL, a duplicate that
+// arrives while the first write of its request id is still in its
+// transaction waits for it and gets its result, in both modes, and a
+// fence arriving meanwhile waits for both. With
+// Config.Concurrent the two transactions share the partition's row, and
+// the duplicate used to look the id up, find nothing, run fn a second time
+// and fail on the record's unique key: a plain error for a write that had
+// applied.
+func TestRequestsDuplicateWaitsForTheFirst(t *testing.T) {
+	b := backends()[1]
+	for _, conc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("concurrent=%v", conc), func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := testContext(t)
 			defer cancel()
 			db := b.open(t)
-			f := newFence(t, db, b.dialect)
-			reqs := newRequests(t, db, b.dialect, nil)
+			f, fenceTable := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: conc})
+			reqs, reqTable := newRequestsTable(t, db, b.dialect, nil)
 			e1 := tok(1, 1, "a", 1)
-			if _, err := f.Fence(ctx, e1); err != nil {
-				t.Fatal(err)
-			}
-			var runs, dups atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, 8)
-			for i := range 8 {
-				wg.Add(1)
+			mustFence(t, f, e1)
+			var runs atomic.Int64
+			started := make(chan struct{})
+			write := func(name string, during func()) <-chan string {
+				out := make(chan string, 1)
 				go func() {
-					defer wg.Done()
-					errs <- f.Do(ctx, e1, ownership.Exact, func(tx *sql.Tx) error {
-						_, dup, err := reqs.Once(ctx, tx, 1, "same", func() ([]byte, error) {
+					var res []byte
+					var dup bool
+					err := f.Do(ctx, e1, ownership.Exact, func(tx *sql.Tx) error {
+						var err error
+						res, dup, err = reqs.Once(ctx, tx, 1, "same", func() ([]byte, error) {
 							runs.Add(1)
-							return []byte(fmt.Sprint(i)), nil
+							during()
+							return []byte(name), nil
 						})
-						if dup {
-							dups.Add(1)
-						}
 						return err
 					})
+					out <- fmt.Sprintf("%s dup=%v err=%v", res, dup, err)
 				}()
+				return out
 			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Fatal(err)
-				}
+			// The first write holds its transaction open until the second
+			// runs fn too (the defect) or waits for a lock of either table.
+			release := make(chan struct{})
+			unblock := sync.OnceFunc(func() { close(release) })
+			t.Cleanup(unblock) // if the test fails first
+			first := write("first", func() {
+				close(started)
+				<-release
+			})
+			<-started
+			second := write("second", func() {})
+			pollUntil(t, "the duplicate waiting or running", func() bool {
+				return runs.Load() > 1 || lockWaiters(t, db, reqTable, "", "") > 0 || lockWaiters(t, db, fenceTable, "", "") > 0
+			})
+			// A fence that arrives now queues behind both and does not
+			// deadlock with them: the id is claimed after the partition's
+			// locks, and waited for only by holders of the same ones.
+			fenced := fenceAsync(ctx, f, tok(1, 2, "b", 1))
+			pollUntil(t, "the duplicate and the fence waiting", func() bool {
+				return runs.Load() > 1 || lockWaiters(t, db, reqTable, "", "")+lockWaiters(t, db, fenceTable, "", "") >= 2
+			})
+			unblock()
+			if err := <-fenced; err != nil {
+				t.Errorf("fence: %v", err)
 			}
-			if runs.Load() != 1 || dups.Load() != 7 {
-				t.Fatalf("%d runs, %d duplicates; want 1 and 7", runs.Load(), dups.Load())
+			if got, want := <-first, "first dup=false err=<nil>"; got != want {
+				t.Errorf("first write: %s, want %s", got, want)
+			}
+			if got, want := <-second, "first dup=true err=<nil>"; got != want {
+				t.Errorf("duplicate: %s, want %s", got, want)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Errorf("fn ran %d times, want once", n)
 			}
 		})
 	}
