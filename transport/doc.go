@@ -23,7 +23,10 @@
 // google.rpc.ErrorInfo detail in ErrorDomain:
 //
 //   - FailedPrecondition, ReasonNotOwner: the owner's name, address, epoch
-//     and token (OwnerHint decodes it);
+//     and token (OwnerHint decodes it); the owner's name and address also
+//     ride in plain trailing metadata, OwnerMetadata ("tenure-owner") and
+//     OwnerAddrMetadata ("tenure-owner-addr"), for clients that don't
+//     decode details (NotOwnerTrailer);
 //   - Unavailable, ReasonHandoff: the partition is moving and nothing was
 //     applied; retry shortly;
 //   - Unknown, ReasonOutcomeUnknown: the call may have been applied; a
@@ -37,6 +40,12 @@
 //   - InvalidArgument: no key, an empty, repeated or oversized key, a
 //     malformed, repeated or oversized token or request id;
 //   - Unauthenticated: a token whose MAC fails.
+//
+// Every status built here survives the wire whatever text it carries (a
+// driver's message, an owner's name): its message and detail are valid
+// UTF-8, bounded and cut at a character boundary, since protobuf refuses
+// anything else and gRPC would then drop the detail, and with it the
+// status's meaning.
 //
 // # Request ids
 //

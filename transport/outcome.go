@@ -50,26 +50,19 @@ func (e *OutcomeUnknownError) Error() string {
 func (e *OutcomeUnknownError) Is(target error) bool { return target == ownership.ErrOutcomeUnknown }
 
 // GRPCStatus returns the error as a status, for gRPC and status.FromError.
+// The status survives the wire whatever the error's text: the reason goes
+// in the detail as valid UTF-8, cut at a character boundary to at most
+// 1024 bytes, and an address longer than a hint may be is left out.
 func (e *OutcomeUnknownError) GRPCStatus() *status.Status {
-	md := map[string]string{"reason": truncate(e.Reason, maxReason)}
-	if e.Addr != "" {
-		md["address"] = e.Addr
+	sent := &OutcomeUnknownError{Reason: wireString(e.Reason, maxReason)}
+	if addr := wireString(e.Addr, maxHintAddr+1); len(addr) <= maxHintAddr {
+		sent.Addr = addr
 	}
-	s := status.New(codes.Unknown, e.Error())
-	if d, err := s.WithDetails(errorInfo(ReasonOutcomeUnknown, md)); err == nil {
-		s = d
+	md := map[string]string{"reason": sent.Reason}
+	if sent.Addr != "" {
+		md["address"] = sent.Addr
 	}
-	return s
-}
-
-// maxReason bounds the reason text a status carries.
-const maxReason = 1024
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
+	return newStatus(codes.Unknown, sent.Error(), errorInfo(ReasonOutcomeUnknown, md))
 }
 
 // AsOutcomeUnknown returns err as an *OutcomeUnknownError: the one err is
@@ -91,7 +84,7 @@ func AsOutcomeUnknown(err error) (*OutcomeUnknownError, bool) {
 	if len(addr) > maxHintAddr {
 		addr = ""
 	}
-	return &OutcomeUnknownError{Addr: addr, Reason: truncate(md["reason"], maxReason)}, true
+	return &OutcomeUnknownError{Addr: addr, Reason: wireString(md["reason"], maxReason)}, true
 }
 
 // IsOutcomeUnknown reports whether err says a call may have been applied:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -51,6 +53,17 @@ const (
 // client keep or dial absurd values.
 const (
 	maxHintAddr = 512
+	// maxHintOwner is the longest "owner" a not-owner detail may carry: an
+	// owner name of ownership.MaxOwnerSize bytes, each replaced by U+FFFD
+	// (3 bytes) if it is not UTF-8.
+	maxHintOwner = 3 * ownership.MaxOwnerSize
+)
+
+// Limits on the text a status carries: its message, and each value of its
+// detail's metadata (an unknown outcome's reason among them).
+const (
+	maxMessage = 4096
+	maxReason  = 1024
 )
 
 func errorInfo(reason string, md map[string]string) *errdetails.ErrorInfo {
@@ -58,13 +71,48 @@ func errorInfo(reason string, md map[string]string) *errdetails.ErrorInfo {
 }
 
 // withInfo returns a status error with code c, message msg and info as its
-// only detail.
+// only detail (see newStatus).
 func withInfo(c codes.Code, msg string, info *errdetails.ErrorInfo) error {
-	s := status.New(c, msg)
-	if d, err := s.WithDetails(info); err == nil {
-		s = d
+	return newStatus(c, msg, info).Err()
+}
+
+// newStatus returns a status with code c, message msg and info as its only
+// detail, built to survive the wire: protobuf refuses strings that are not
+// UTF-8, and grpc-go, unable to marshal the status, then sends it without
+// any detail (and a client can't classify it). So the message and every
+// metadata value are made valid UTF-8 and bounded (wireString). Should the
+// detail still not marshal, the status keeps a detail with the reason
+// alone, which still classifies it (an unknown outcome stays one).
+func newStatus(c codes.Code, msg string, info *errdetails.ErrorInfo) *status.Status {
+	clean := &errdetails.ErrorInfo{Reason: wireString(info.GetReason(), maxReason), Domain: ErrorDomain}
+	if md := info.GetMetadata(); len(md) > 0 {
+		clean.Metadata = make(map[string]string, len(md))
+		for k, v := range md {
+			clean.Metadata[wireString(k, maxReason)] = wireString(v, maxReason)
+		}
 	}
-	return s.Err()
+	s := status.New(c, wireString(msg, maxMessage))
+	if d, err := s.WithDetails(clean); err == nil {
+		return d
+	}
+	if d, err := s.WithDetails(errorInfo(clean.Reason, nil)); err == nil {
+		return d
+	}
+	return s
+}
+
+// wireString returns s as a status may carry it: valid UTF-8 (each invalid
+// byte sequence replaced by U+FFFD), cut at a character boundary to at
+// most n bytes.
+func wireString(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func tokenText(t ownership.Token) string {
@@ -193,7 +241,7 @@ func decodeOwner(md map[string]string) (ownership.OwnerInfo, bool) {
 		return ownership.OwnerInfo{}, false
 	}
 	o := ownership.OwnerInfo{Partition: uint32(p), Node: md["owner"], Addr: md["address"]}
-	if o.Node == "" || len(o.Node) > ownership.MaxOwnerSize || len(o.Addr) > maxHintAddr {
+	if o.Node == "" || len(o.Node) > maxHintOwner || len(o.Addr) > maxHintAddr {
 		return ownership.OwnerInfo{}, false
 	}
 	epoch, err := strconv.ParseUint(md["epoch"], 10, 64)
@@ -201,11 +249,13 @@ func decodeOwner(md map[string]string) (ownership.OwnerInfo, bool) {
 		return ownership.OwnerInfo{}, false
 	}
 	if text := md["token"]; text != "" {
+		// The token carries the owner's name exactly; "owner" is its
+		// UTF-8 form (the same, but for a name that is not UTF-8).
 		t, err := ownership.ParseTokenText(text)
-		if err != nil || t.Epoch != epoch || t.Partition != o.Partition || t.Owner != o.Node {
+		if err != nil || t.Epoch != epoch || t.Partition != o.Partition || wireString(t.Owner, maxReason) != o.Node {
 			return ownership.OwnerInfo{}, false
 		}
-		o.Token = t
+		o.Node, o.Token = t.Owner, t
 	} else if epoch != 0 {
 		return ownership.OwnerInfo{}, false
 	}

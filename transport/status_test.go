@@ -169,3 +169,23 @@ func notOwner(node, addr string, epoch uint64) error {
 	}
 	return &ownership.NotOwnerError{Owner: o}
 }
+
+func TestNotOwnerTrailer(t *testing.T) {
+	md := NotOwnerTrailer(NotOwnerStatus(ownership.OwnerInfo{Partition: 5, Node: "node-a", Addr: "[::1]:7000", Token: testToken()}))
+	if got := md.Get(OwnerMetadata); len(got) != 1 || got[0] != "node-a" {
+		t.Errorf("%s = %q", OwnerMetadata, got)
+	}
+	if got := md.Get(OwnerAddrMetadata); len(got) != 1 || got[0] != "[::1]:7000" {
+		t.Errorf("%s = %q", OwnerAddrMetadata, got)
+	}
+	// Without a token the name crosses as UTF-8 (U+FFFD for the bad byte).
+	md = NotOwnerTrailer(NotOwnerStatus(ownership.OwnerInfo{Partition: 5, Node: "n\xff\n%"}))
+	if got := md.Get(OwnerMetadata); len(got) != 1 || got[0] != "n%EF%BF%BD%0A%25" || md.Get(OwnerAddrMetadata) != nil {
+		t.Errorf("no address, odd name: %v", md)
+	}
+	for _, err := range []error{nil, errors.New("x"), HandoffStatus(5, "a"), OutcomeUnknown("h:1", "lost"), status.Error(codes.FailedPrecondition, "plain")} {
+		if md := NotOwnerTrailer(err); md != nil {
+			t.Errorf("%v: trailer %v", err, md)
+		}
+	}
+}

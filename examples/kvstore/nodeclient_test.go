@@ -78,6 +78,7 @@ type nodeReport struct {
 	UnknownOutcome    int            `json:"unknown_outcome"`
 	PartitionMismatch int            `json:"partition_mismatch"`
 	OwnerMismatch     int            `json:"owner_mismatch"`
+	HintsFollowed     int            `json:"hints_followed"`
 	Moves             int            `json:"moves"`
 	WatchReconnects   int            `json:"watch_reconnects"`
 	AcksByOwner       map[string]int `json:"acks_by_owner"`
@@ -178,6 +179,53 @@ func TestNodeClientFollowsCrashAndLeave(t *testing.T) {
 	}
 }
 
+// The Node.js client's checks of how it reads a NOT_OWNER answer's
+// trailers (nodeclient/hint_test.js), against a grpc-js server.
+func TestNodeClientHintDecoding(t *testing.T) {
+	node := nodeCommand(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "hint_test.js")
+	cmd.Dir = nodeClientDir
+	out, err := cmd.CombinedOutput()
+	var r struct{ Checked, Failed int }
+	if err != nil || json.Unmarshal(bytes.TrimSpace(out), &r) != nil || r.Checked == 0 || r.Failed != 0 {
+		t.Fatalf("node hint_test.js: %v\n%s", err, out)
+	}
+}
+
+// A client in another language follows NOT_OWNER answers by their plain
+// trailers alone (it does not decode grpc-status-details-bin): told to
+// send the first attempt of every write to n0 (-first-to), as with a stale
+// view, it gets NOT_OWNER for n1's keys and resends each at once to the
+// address the trailers name: every refusal is followed by its hint, and
+// no call is forwarded.
+func TestNodeClientFollowsNotOwnerTrailers(t *testing.T) {
+	node := nodeCommand(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	nodes := twoNodes(ctx, t)
+	c := startNodeClient(ctx, t, node, []string{nodes[0].GRPCAddr()}, "nchint", "-first-to", nodes[0].GRPCAddr())
+	c.writing("misrouted", 60)
+	report, err := c.stop()
+	if err != nil {
+		c.failf("the client exited with %v; report %+v", err, report)
+	}
+	t.Logf("client: %d acknowledged, %d not owner, %d hints followed, %d retries, acks by owner %v",
+		report.Acked, report.NotOwner, report.HintsFollowed, report.Retries, report.AcksByOwner)
+	if !report.OK || report.AcksByOwner["n1"] == 0 || report.AcksByOwner["n0"] == 0 {
+		t.Errorf("report %+v: want every write acknowledged and read back, by both nodes", report)
+	}
+	if report.HintsFollowed == 0 || report.HintsFollowed != report.NotOwner {
+		t.Errorf("%d NOT_OWNER answers, %d hints followed: want every refusal followed by its trailers", report.NotOwner, report.HintsFollowed)
+	}
+	for _, n := range nodes {
+		if f := n.Stats().Forwarded; f != 0 {
+			t.Errorf("%s forwarded %d calls", n.Coordinator().Self().Name, f)
+		}
+	}
+}
+
 // nodeClient is a run of nodeclient/client.js.
 type nodeClient struct {
 	t        *testing.T
@@ -196,10 +244,11 @@ type nodeClient struct {
 
 // startNodeClient starts the client writing keys under prefix, watching
 // seeds in turn; ctx bounds its whole run.
-func startNodeClient(ctx context.Context, t *testing.T, node string, seeds []string, prefix string) *nodeClient {
+func startNodeClient(ctx context.Context, t *testing.T, node string, seeds []string, prefix string, flags ...string) *nodeClient {
 	t.Helper()
 	c := &nodeClient{t: t, ctx: ctx, reported: make(chan struct{}), scanned: make(chan struct{})}
-	c.cmd = exec.CommandContext(ctx, node, "client.js", "-seeds", strings.Join(seeds, ","), "-prefix", prefix, "-max-ms", "60000")
+	args := append([]string{"client.js", "-seeds", strings.Join(seeds, ","), "-prefix", prefix, "-max-ms", "60000"}, flags...)
+	c.cmd = exec.CommandContext(ctx, node, args...)
 	c.cmd.Dir = nodeClientDir
 	c.cmd.WaitDelay = 5 * time.Second
 	c.cmd.Stderr = &c.stderr

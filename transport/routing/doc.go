@@ -40,5 +40,18 @@
 // attempt whose owner leaves the membership is cancelled at once; whether
 // it is retried or fails with an unknown outcome is said on Router.
 //
+// # What a not-owner hint is trusted for
+//
+// A not-owner answer names an owner and its address, and comes from
+// whichever server answered: the router trusts it only to choose which
+// current member to try next. It follows a hint only to the service
+// address of a member its Membership lists now, and expects there the
+// node the membership names, not the one the hint names; a hint to any
+// other address is not dialed, and the call pauses and asks Owners again,
+// as after a loop. So the router's connections are the members' (closed
+// when they leave), whatever the servers answer, and a server can't send
+// a call to an address outside the cluster. A hint never overrides
+// fencing: the node it leads to serves the key only under its own lease.
+//
 // All the types of this package are safe for concurrent use.
 package routing

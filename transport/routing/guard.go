@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tenure-go/tenure/coordinator"
@@ -81,7 +82,9 @@ func (c GuardConfig) Validate() error {
 //     (RoutedKey) and the lease's token for the handler's own calls
 //     (transport.WithToken), and that is cancelled when the lease ends;
 //   - when another node owns it, answer FailedPrecondition with a
-//     ReasonNotOwner detail naming the owner, its address and epoch;
+//     ReasonNotOwner detail naming the owner, its address and epoch, and
+//     the owner's name and address in plain trailing metadata too
+//     (transport.NotOwnerTrailer), for clients that don't decode details;
 //   - when the ring gives the partition to this node but it holds no lease
 //     (a handoff), answer Unavailable with a ReasonHandoff detail;
 //   - when the key is missing, empty, repeated or too long, or the request
@@ -137,7 +140,7 @@ func (g *OwnerGuard) Unary() grpc.UnaryServerInterceptor {
 		}
 		call, err := g.enter(ctx)
 		if err != nil {
-			return nil, err
+			return nil, withOwnerTrailer(err, func(md metadata.MD) error { return grpc.SetTrailer(ctx, md) })
 		}
 		if g.requestKey != nil {
 			if k, ok := g.requestKey(req); ok && !bytes.Equal(k, call.key) {
@@ -146,8 +149,18 @@ func (g *OwnerGuard) Unary() grpc.UnaryServerInterceptor {
 			}
 		}
 		resp, err := handler(call.ctx, req)
-		return resp, call.exit(err)
+		return resp, withOwnerTrailer(call.exit(err), func(md metadata.MD) error { return grpc.SetTrailer(ctx, md) })
 	}
+}
+
+// withOwnerTrailer sets, through set, the trailing metadata that names the
+// owner when err is a not-owner answer (transport.NotOwnerTrailer), for
+// clients that don't read the status's detail. It returns err.
+func withOwnerTrailer(err error, set func(metadata.MD) error) error {
+	if md := transport.NotOwnerTrailer(err); md != nil {
+		_ = set(md) // fails only once the call has ended
+	}
+	return err
 }
 
 var errKeyMismatch = status.Error(codes.InvalidArgument, "tenure: the request's key differs from the call's routing key")
@@ -158,11 +171,12 @@ func (g *OwnerGuard) Stream() grpc.StreamServerInterceptor {
 		if g.exempt(info.FullMethod) {
 			return handler(srv, ss)
 		}
+		set := func(md metadata.MD) error { ss.SetTrailer(md); return nil }
 		call, err := g.enter(ss.Context())
 		if err != nil {
-			return err
+			return withOwnerTrailer(err, set)
 		}
-		return call.exit(handler(srv, &serverStream{ServerStream: ss, ctx: call.ctx}))
+		return withOwnerTrailer(call.exit(handler(srv, &serverStream{ServerStream: ss, ctx: call.ctx})), set)
 	}
 }
 

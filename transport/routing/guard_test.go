@@ -3,6 +3,8 @@ package routing
 import (
 	"context"
 	"errors"
+	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -226,5 +228,63 @@ func TestGuardConfigValidate(t *testing.T) {
 	}
 	if !transport.DefaultExempt("/grpc.health.v1.Health/Check") || !transport.DefaultExempt(pb.Ownership_Lookup_FullMethodName) || transport.DefaultExempt(methodPut) {
 		t.Fatal("transport.DefaultExempt")
+	}
+}
+
+// A not-owner answer names the owner in plain trailing metadata too, for
+// clients that don't decode the status's detail (grpcurl, other
+// languages), percent-encoded as grpc-message is; other answers carry no
+// such trailer.
+func TestGuardNotOwnerTrailer(t *testing.T) {
+	n := newBufNet(t)
+	owner := "nöde b%"
+	var served atomic.Bool
+	lease := liveLease(t)
+	n.guarded("a", &fakeLeases{lease: func([]byte) (*ownership.Lease, error) {
+		if !served.Load() {
+			return nil, notOwner(owner, "10.0.0.2:7000", 5)
+		}
+		return lease, nil
+	}})
+	cc := directConn(t, n, "a")
+	ctx := metadata.AppendToOutgoingContext(testCtx(t, 10*time.Second), transport.KeyMetadata, "k")
+
+	var trailer metadata.MD
+	err := cc.Invoke(ctx, methodPut, wrapperspb.Bytes(nil), new(wrapperspb.StringValue), grpc.Trailer(&trailer))
+	if _, ok := transport.OwnerHint(err); !ok {
+		t.Fatalf("want a not-owner answer, got %v", err)
+	}
+	if got := trailer.Get(transport.OwnerMetadata); len(got) != 1 || got[0] != "n%C3%B6de b%25" {
+		t.Errorf("%s = %q, want the owner's name percent-encoded", transport.OwnerMetadata, got)
+	} else if name, err := url.PathUnescape(got[0]); err != nil || name != owner {
+		t.Errorf("%q decodes to %q (%v), want %q", got[0], name, err, owner)
+	}
+	if got := trailer.Get(transport.OwnerAddrMetadata); len(got) != 1 || got[0] != "10.0.0.2:7000" {
+		t.Errorf("%s = %q, want 10.0.0.2:7000", transport.OwnerAddrMetadata, got)
+	}
+
+	// A stream's refusal carries it too.
+	s, err := cc.NewStream(ctx, countDesc, methodCount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecvMsg(new(wrapperspb.StringValue)); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("stream: %v, want the not-owner answer", err)
+	}
+	if got := s.Trailer().Get(transport.OwnerAddrMetadata); len(got) != 1 || got[0] != "10.0.0.2:7000" {
+		t.Errorf("stream: %s = %q", transport.OwnerAddrMetadata, got)
+	}
+
+	// Negative control: an answer that is not a refusal names no owner.
+	served.Store(true)
+	trailer = nil
+	if err := cc.Invoke(ctx, methodPut, wrapperspb.Bytes(nil), new(wrapperspb.StringValue), grpc.Trailer(&trailer)); err != nil {
+		t.Fatal(err)
+	}
+	if got := trailer.Get(transport.OwnerMetadata); len(got) != 0 {
+		t.Errorf("a served call's trailer names an owner: %q", got)
 	}
 }

@@ -292,6 +292,14 @@ func (f *fakeOwners) claim(node, addr string) {
 	f.event(coordinator.Event{Kind: coordinator.EventHolderChanged, Partition: 3, Node: node, Token: t})
 }
 
+// ownedBy returns a fakeOwners that names addr for every key, with
+// members serving at addr and at others (hints are followed only to them).
+func ownedBy(addr string, others ...string) *fakeOwners {
+	f := &fakeOwners{addr: addr}
+	f.setMembers(append([]string{addr}, others...)...)
+	return f
+}
+
 func (f *fakeOwners) Members() []ownership.Member {
 	f.mu.Lock()
 	defer f.mu.Unlock()

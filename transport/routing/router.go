@@ -80,7 +80,9 @@ type RouterConfig struct {
 	Idempotent func(fullMethod string) bool
 	// MaxRedirects is how many not-owner answers a call follows in a row
 	// before it pauses and asks Owners again. A hint that leads back to an
-	// address already tried in the row also ends it (the loop guard).
+	// address already tried in the row also ends it (the loop guard), and
+	// so does a hint to an address that is no current member's service
+	// address (see the package doc: what a hint is trusted for).
 	// Default 3.
 	MaxRedirects int
 	// MaxAttempts bounds the pauses of one call: after an Unavailable answer
@@ -162,7 +164,9 @@ func (c RouterConfig) withDefaults() RouterConfig {
 // reached: the call waits and retries the owner the coordinator names until
 // the cluster re-owns the partition, MaxAttempts is used up, or the
 // context ends. A not-owner answer (another node's view is newer) is
-// followed at once, within MaxRedirects and the loop guard.
+// followed at once, within MaxRedirects and the loop guard, and only to a
+// current member's service address: the router dials no address but its
+// members'.
 //
 // Attempts follow the membership: when the owner an attempt was sent to
 // leaves the membership (or fails), or another node claims the key's
@@ -247,7 +251,7 @@ const followBuffer = 256
 
 // RouterStats counts what a router did beyond sending calls.
 type RouterStats struct {
-	Redirects uint64 // not-owner answers followed or refused by the loop guard
+	Redirects uint64 // not-owner answers followed, or refused (a loop, too many, not a member's address)
 	Retries   uint64 // pauses before trying again
 	Cancelled uint64 // attempts cancelled because their owner left or lost the partition
 	Unknown   uint64 // calls that ended with an unknown outcome
@@ -471,13 +475,16 @@ func (rt *route) next(ctx context.Context, a *attempt, addr string, err error) e
 	if h, ok := transport.OwnerHint(err); ok {
 		rt.r.redirects.Add(1)
 		if rt.redirects < rt.r.cfg.MaxRedirects && h.Addr != "" && h.Addr != addr && !slices.Contains(rt.visited, h.Addr) {
-			rt.redirects++
-			rt.visited = append(rt.visited, addr)
-			rt.hint, rt.hintNode = h.Addr, h.Node
-			return nil
+			if node, ok := rt.r.memberAt(h.Addr); ok {
+				rt.redirects++
+				rt.visited = append(rt.visited, addr)
+				rt.hint, rt.hintNode = h.Addr, node
+				return nil
+			}
 		}
-		// A loop, a hint without an address, or too many in a row: the
-		// views disagree; let them converge.
+		// A loop, a hint without an address or to an address no member
+		// serves at, or too many in a row: the views disagree; let them
+		// converge.
 		return rt.pause(ctx, err)
 	}
 	if transport.IsHandoff(err) {
@@ -502,6 +509,19 @@ func (rt *route) next(ctx context.Context, a *attempt, addr string, err error) e
 		return rt.pause(ctx, err)
 	}
 	return err
+}
+
+// memberAt returns the name of the current member whose service address
+// is addr, as Membership says: a not-owner hint is followed only to such
+// an address (see Router), and the node expected there is the member's
+// name, not the hint's.
+func (r *Router) memberAt(addr string) (string, bool) {
+	for _, m := range r.cfg.Membership.Members() {
+		if m.ServiceAddr == addr {
+			return m.Name, true
+		}
+	}
+	return "", false
 }
 
 // pause waits before the next attempt, which starts again from Owners.

@@ -3,6 +3,7 @@ package routing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestRouterFollowsHint(t *testing.T) {
 	n := newBufNet(t)
 	a := n.guarded("a", pointing(t, func() string { return "b" }))
 	b := n.guarded("b", pointing(t, func() string { return "self" }))
-	r := n.router(&fakeOwners{addr: "a"}, nil)
+	r := n.router(ownedBy("a", "b"), nil)
 	got, err := put(testCtx(t, 10*time.Second), r, "k")
 	if err != nil || got != "b" {
 		t.Fatalf("put = %q %v, want b", got, err)
@@ -53,7 +54,7 @@ func TestRouterLoopGuard(t *testing.T) {
 	n := newBufNet(t)
 	n.guarded("a", pointing(t, func() string { return "b" }))
 	n.guarded("b", pointing(t, func() string { return "a" }))
-	r := n.router(&fakeOwners{addr: "a"}, func(c *RouterConfig) { c.MaxAttempts = 3 })
+	r := n.router(ownedBy("a", "b"), func(c *RouterConfig) { c.MaxAttempts = 3 })
 	_, err := put(testCtx(t, 10*time.Second), r, "k")
 	if _, ok := transport.OwnerHint(err); !ok {
 		t.Fatalf("want the last not-owner answer, got %v", err)
@@ -71,11 +72,12 @@ func TestRouterMaxRedirects(t *testing.T) {
 		n.guarded(hop[0], pointing(t, func() string { return hop[1] }))
 	}
 	n.guarded("e", pointing(t, func() string { return "self" }))
-	r := n.router(&fakeOwners{addr: "a"}, func(c *RouterConfig) { c.MaxRedirects = 2; c.MaxAttempts = 1 })
+	members := []string{"b", "c", "d", "e"}
+	r := n.router(ownedBy("a", members...), func(c *RouterConfig) { c.MaxRedirects = 2; c.MaxAttempts = 1 })
 	if _, err := put(testCtx(t, 10*time.Second), r, "k"); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("want FailedPrecondition after too many redirects, got %v", err)
 	}
-	r = n.router(&fakeOwners{addr: "a"}, func(c *RouterConfig) { c.MaxRedirects = 4 })
+	r = n.router(ownedBy("a", members...), func(c *RouterConfig) { c.MaxRedirects = 4 })
 	if got, err := put(testCtx(t, 10*time.Second), r, "k"); err != nil || got != "e" {
 		t.Fatalf("4 redirects allowed: %q %v", got, err)
 	}
@@ -216,5 +218,35 @@ func TestRouterConfigValidate(t *testing.T) {
 	// Without credentials, dialing fails clearly, and is not retried.
 	if _, err := put(testCtx(t, 5*time.Second), r, "k"); status.Code(err) != codes.Internal || r.Stats().Retries != 0 {
 		t.Fatalf("no credentials: %v", err)
+	}
+}
+
+// A node that answers not-owner with a new address on every call (hostile
+// or misconfigured) makes the router dial no one but the members, and
+// send no request anywhere else: before, the router dialed every address a
+// hint named and kept the connection for its life (81 connections for one
+// member after 20 calls), and followed a hint to a server that is no
+// member, which served the call.
+func TestRouterFollowsHintsOnlyToMembers(t *testing.T) {
+	n := newBufNet(t)
+	bystander := n.guarded("bystander", pointing(t, func() string { return "self" }))
+	var hints atomic.Int64
+	n.guarded("a", pointing(t, func() string {
+		if i := hints.Add(1); i%4 != 0 {
+			return fmt.Sprintf("elsewhere-%d", i)
+		}
+		return "bystander"
+	}))
+	r := n.router(ownedBy("a"), func(c *RouterConfig) { c.MaxAttempts = 1 })
+	for i := range 20 {
+		if _, err := put(testCtx(t, 10*time.Second), r, "k"); status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("call %d: %v, want the not-owner answer", i, err)
+		}
+	}
+	if got := len(*r.conns.Load()); got != 1 || hints.Load() < 20 {
+		t.Errorf("after %d hints the router holds %d connections; want 1, the member's", hints.Load(), got)
+	}
+	if c := bystander.calls.Load(); c != 0 {
+		t.Errorf("a server that is no member served %d calls a hint sent it", c)
 	}
 }

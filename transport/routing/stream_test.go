@@ -47,7 +47,7 @@ func TestRouterStreamReplays(t *testing.T) {
 		}
 		return "self"
 	}))
-	r := n.router(&fakeOwners{addr: "a"}, nil)
+	r := n.router(ownedBy("a", "b"), nil)
 	ctx := testCtx(t, 10*time.Second)
 
 	got, err := count(ctx, t, r, 5)
@@ -96,14 +96,14 @@ func TestRouterStreamReplayLimit(t *testing.T) {
 	n.guarded("b", pointing(t, func() string { return "self" }))
 	ctx := testCtx(t, 10*time.Second)
 
-	r := n.router(&fakeOwners{addr: "a"}, func(c *RouterConfig) { c.StreamReplay = 2 })
+	r := n.router(ownedBy("a", "b"), func(c *RouterConfig) { c.StreamReplay = 2 })
 	if _, err := count(ctx, t, r, 3); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("3 messages, replay limit 2: %v", err)
 	}
 	if got, err := count(ctx, t, r, 2); err != nil || got != "b:2" {
 		t.Fatalf("2 messages, replay limit 2: %q %v", got, err)
 	}
-	r = n.router(&fakeOwners{addr: "a"}, func(c *RouterConfig) { c.StreamReplay = -1 })
+	r = n.router(ownedBy("a", "b"), func(c *RouterConfig) { c.StreamReplay = -1 })
 	if _, err := count(ctx, t, r, 1); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("replay off: %v", err)
 	}

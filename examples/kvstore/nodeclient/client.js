@@ -7,13 +7,22 @@
 // mod the partition count), and sends every Put straight to the
 // partition's owner with the key in metadata "tenure-key-bin" and a
 // request id in "tenure-request-id", so a retry after a failure (a
-// handoff, a crash, an unknown outcome) is applied once. When the node it
-// watches goes away it watches the next one. On "stop" (a line on stdin,
+// handoff, a crash, an unknown outcome) is applied once. A NOT_OWNER
+// answer names the owner in trailing metadata ("tenure-owner",
+// "tenure-owner-addr", see hint.js): the client sends the call there at
+// once, if that address is a member's it knows from the watch, at most 3
+// times in a row. When the node it watches goes away it watches the next
+// one. On "stop" (a line on stdin,
 // or stdin's end, or -max-ms) it stops writing, reads every acknowledged
 // key back from its owner, prints a report and exits 0, or 1 if an
 // acknowledged write is lost or anything else is wrong.
 //
 //   node client.js -seeds host:port,host:port,... [-workers 8] [-max-ms 60000]
+//                  [-first-to host:port]
+//
+// -first-to sends the first attempt of every call to that node whatever
+// the table says, as a client with a stale view would: the node answers
+// NOT_OWNER for the keys it does not own, and the client follows the hint.
 //
 // stdout: one JSON object a line: {"event":"watching",...} each time a
 // watch's snapshot is complete, {"event":"progress",...} every 100 ms,
@@ -24,6 +33,7 @@ const readline = require('readline');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const { partition } = require('./xxh64');
+const { ownerHint } = require('./hint');
 
 const root = path.join(__dirname, '..', '..', '..');
 const protos = [
@@ -36,7 +46,7 @@ const KV = pkg.tenure.examples.kv.v1.KV;
 const Ownership = pkg.tenure.ownership.v1.Ownership;
 
 function args() {
-  const a = { seeds: [], workers: 8, maxMs: 60000, writeTimeoutMs: 20000, prefix: `nc${process.pid}` };
+  const a = { seeds: [], workers: 8, maxMs: 60000, writeTimeoutMs: 20000, prefix: `nc${process.pid}`, firstTo: '' };
   const v = process.argv.slice(2);
   for (let i = 0; i < v.length; i += 2) {
     switch (v[i]) {
@@ -45,6 +55,7 @@ function args() {
       case '-max-ms': a.maxMs = Number(v[i + 1]); break;
       case '-write-timeout-ms': a.writeTimeoutMs = Number(v[i + 1]); break;
       case '-prefix': a.prefix = v[i + 1]; break;
+      case '-first-to': a.firstTo = v[i + 1]; break;
       default: throw new Error(`unknown flag ${v[i]}`);
     }
   }
@@ -58,7 +69,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const stats = {
   acked: 0, failed: 0, lost: 0, unverified: 0, retries: 0, not_owner: 0, unavailable: 0,
-  unknown_outcome: 0, other_errors: 0, partition_mismatch: 0, owner_mismatch: 0,
+  unknown_outcome: 0, other_errors: 0, partition_mismatch: 0, owner_mismatch: 0, hints_followed: 0,
   moves: 0, watch_reconnects: 0, snapshots: 0, acks_by_owner: {}, last_error: '',
 };
 
@@ -153,8 +164,19 @@ function classify(err) {
   stats.last_error = `${err.code} ${err.details || err.message}`;
 }
 
-// call sends one request straight to the owner of key's partition and
-// retries it, with the same metadata, until it succeeds or timeoutMs pass.
+// isMember reports whether addr is the service address of a node the
+// watch knows: a hint is followed only there (an answer names an address,
+// it does not vouch for it).
+function isMember(addr) {
+  return opt.seeds.includes(addr) || (table !== null && table.owners.some((o) => o && o.address === addr));
+}
+
+// maxHints bounds the hints one attempt follows in a row.
+const maxHints = 3;
+
+// call sends one request straight to the owner of key's partition,
+// follows NOT_OWNER hints to members, and retries it, with the same
+// metadata, until it succeeds or timeoutMs pass.
 async function call(method, key, req, requestId, timeoutMs) {
   const deadline = Date.now() + timeoutMs;
   for (let attempt = 0; ; attempt++) {
@@ -163,16 +185,25 @@ async function call(method, key, req, requestId, timeoutMs) {
       const md = new grpc.Metadata();
       md.set('tenure-key-bin', Buffer.from(key, 'utf8'));
       if (requestId) md.set('tenure-request-id', requestId);
-      try {
-        const resp = await unary(kv(r.e.address), method, req, md, Math.min(2000, Math.max(1, deadline - Date.now())));
-        if (resp.partition !== r.p) stats.partition_mismatch++;
-        // A retry whose request id an earlier owner applied already is
-        // answered with that first response, naming the earlier owner:
-        // only a first attempt must name the owner it was sent to.
-        if (attempt === 0 && resp.owner !== r.e.owner) stats.owner_mismatch++;
-        return resp;
-      } catch (err) {
-        classify(err);
+      let to = { owner: r.e.owner, address: attempt === 0 && opt.firstTo ? opt.firstTo : r.e.address };
+      const tried = [];
+      for (;;) {
+        try {
+          const resp = await unary(kv(to.address), method, req, md, Math.min(2000, Math.max(1, deadline - Date.now())));
+          if (resp.partition !== r.p) stats.partition_mismatch++;
+          // A retry whose request id an earlier owner applied already is
+          // answered with that first response, naming the earlier owner:
+          // only a first attempt must name the owner it was sent to.
+          if (attempt === 0 && to.address !== opt.firstTo && resp.owner !== to.owner) stats.owner_mismatch++;
+          return resp;
+        } catch (err) {
+          classify(err);
+          tried.push(to.address);
+          const h = ownerHint(err);
+          if (!h || tried.length > maxHints || tried.includes(h.address) || !isMember(h.address) || Date.now() >= deadline) break;
+          stats.hints_followed++;
+          to = h;
+        }
       }
     }
     if (Date.now() >= deadline) return null;
