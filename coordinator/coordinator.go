@@ -776,7 +776,23 @@ func (c *Coordinator) report(in input) bool {
 // is held, as gossip shows, by the member the ring assigns it to, this
 // node's own partitions are served here, and no lease is in transit. Call
 // it on every node to wait for a whole cluster.
+//
+// Before Start it returns ErrNotStarted at once, as Leave, Join and Resign
+// do: nothing would ever converge. While a Start runs it waits, so it may
+// be called beside a Start in flight; a caller that starts the node in
+// another goroutine waits for that Start to return (or to have begun)
+// before it calls WaitConverged. Once the coordinator is closed it returns
+// ErrClosed; if ctx ends first, an error wrapping ctx's.
 func (c *Coordinator) WaitConverged(ctx context.Context) error {
+	c.lifeMu.Lock()
+	state := c.state
+	c.lifeMu.Unlock()
+	switch state {
+	case lifeNew:
+		return ErrNotStarted
+	case lifeClosed:
+		return ErrClosed
+	}
 	tick, stop := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
 	defer stop()
 	for {
