@@ -950,6 +950,14 @@ func (m *Machine) step(p uint32) {
 			m.planRelease(p, ErrLeaseReleased)
 		}
 	case Unowned:
+		if m.now < s.rivalUntil && !s.holder.Released && m.live(s.holder.Token) {
+			// The rival this node could not see is in its view now: a
+			// live member like any other. Respect it as one, until the
+			// view changes, and no longer for StableAfter: if it crashes
+			// next, its partition waits Grace, not what is left of the
+			// respect.
+			s.rivalUntil, s.fencedView = 0, m.view
+		}
 		if !m.wants(p) {
 			if !m.q.ok && !m.leaving && m.place != nil && m.place.Owner(p) == m.cfg.Self.Name {
 				// Placed here, but no quorum: claim nothing, and keep the
