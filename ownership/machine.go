@@ -887,7 +887,9 @@ func (m *Machine) lose(p uint32, higher Token, cause error) {
 	// views are not transitive (it and this node can't reach each other,
 	// others reach both), and claiming back after the grace period would
 	// duel it at the pace of Grace. Respect it for StableAfter, the time
-	// views take to settle, then treat it as the dead holder it may be.
+	// views take to settle, then treat it as the dead holder it may be;
+	// if it shows up in this node's view first, it is a live member like
+	// any other from then on (see step).
 	if m.cfg.Knobs != nil && m.cfg.Knobs.ForgetFencedView {
 		return
 	}
