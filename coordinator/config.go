@@ -22,9 +22,10 @@ import (
 // AcquireTimeout or ReleaseTimeout, and was abandoned: the late call, and
 // the Release that follows an abandoned Acquire that returned nil, may run
 // beside the next lease's calls; compare lease tokens before touching
-// shared state). Both calls may block until ctx ends. Neither may call
-// Coordinator.Close or Leave and wait for it: those wait for the
-// handler's calls to return.
+// shared state). Both calls may block until ctx ends. Both may call
+// Coordinator.Close or Leave: called from a handler's call, neither waits
+// for that call (see there), but a goroutine the call waits for must not
+// call them.
 //
 // For every lease whose Acquire returned nil, Release is called exactly
 // once: before the lease ends for a planned move (the ring moved the

@@ -78,7 +78,9 @@ type Coordinator struct {
 	joins     sync.WaitGroup
 	started   atomic.Bool // running (or closed after running)
 	closeOnce sync.Once
+	closeDone chan struct{} // closed when Close has finished
 	closed    atomic.Bool
+	calls     handlerCalls // the goroutines running a Handler call
 	leaving   atomic.Bool
 
 	subs    subscribers
@@ -128,17 +130,18 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{
-		cfg:      cfg,
-		self:     ownership.Node{Name: cfg.Name, Incarnation: inc},
-		log:      cfg.Logger.With("node", cfg.Name),
-		reg:      reg,
-		auth:     cfg.Authority,
-		memberCh: make(chan struct{}, 1),
-		inputs:   make(chan input, 64),
-		leaveCh:  make(chan struct{}),
-		idleCh:   make(chan struct{}),
-		inbox:    inbox{signal: make(chan struct{}, 1)},
-		metrics:  newMetrics(),
+		cfg:       cfg,
+		self:      ownership.Node{Name: cfg.Name, Incarnation: inc},
+		log:       cfg.Logger.With("node", cfg.Name),
+		reg:       reg,
+		auth:      cfg.Authority,
+		memberCh:  make(chan struct{}, 1),
+		inputs:    make(chan input, 64),
+		leaveCh:   make(chan struct{}),
+		idleCh:    make(chan struct{}),
+		closeDone: make(chan struct{}),
+		inbox:     inbox{signal: make(chan struct{}, 1)},
+		metrics:   newMetrics(),
 	}
 	c.subs.tap = c.observeEvent
 	c.leases = newRegistry(cfg.Ring.Partitions, func(t ownership.Token) {
@@ -446,6 +449,13 @@ func (c *Coordinator) Leaving() bool { return c.leaving.Load() }
 // returns, the coordinator is closed when Leave returns. Before Start,
 // Leave returns ErrNotStarted; after Close, or while another Leave runs,
 // ErrClosed.
+//
+// A Handler may call Leave from its Acquire or Release. The handoff waits
+// for every handler call, that one too, so there Leave only announces the
+// leave and returns nil: steps 2 and 3 go on once the call returns, and
+// the coordinator closes at their end. ctx's values reach them but not
+// its end (a handler's ctx ends with its call): ReleaseTimeout and
+// HandoffTimeout bound them, and Close cuts them short.
 func (c *Coordinator) Leave(ctx context.Context) error {
 	if err := c.running(); err != nil {
 		return err
@@ -459,13 +469,34 @@ func (c *Coordinator) Leave(ctx context.Context) error {
 			c.log.Debug("leave: metadata update", "err", err)
 		}
 	}
+	if c.calls.inCall() {
+		// The loop waits for this handler call before it ends, so wg's
+		// count is above zero here: Add may run beside Close's Wait.
+		ctx = context.WithoutCancel(ctx)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			if err := c.leave(ctx); err != nil {
+				c.log.Warn("leave", "err", err)
+			}
+		}()
+		return nil
+	}
+	err := c.leave(ctx)
+	<-c.closeDone
+	return err
+}
+
+// leave hands off, says goodbye and starts the close; it does not wait for
+// the close to finish (Close may be waiting for it).
+func (c *Coordinator) leave(ctx context.Context) error {
 	err := c.handOff(ctx)
 	if err == nil || !errors.Is(err, ErrClosed) {
 		if lerr := c.ml.Leave(c.cfg.LeaveTimeout); lerr != nil && err == nil {
 			c.log.Warn("leave broadcast", "err", lerr)
 		}
 	}
-	c.Close()
+	c.shutdown()
 	if err != nil {
 		return fmt.Errorf("coordinator: leave: %w", err)
 	}
@@ -531,10 +562,24 @@ func (c *Coordinator) handedOff() bool {
 // probe round (ProbeInterval, scaled by memberlist's awareness): its
 // Shutdown does not wait for it. Close may be called at any time, before
 // Start, during Start or Leave, and more than once; it always returns nil.
-// It waits for the Handler's calls in progress, so a Handler must not call
-// Close or Leave itself (it would wait for itself); start them from
-// another goroutine.
+// It waits for the Handler's calls in progress, except when a Handler's
+// Acquire or Release calls it: then it does not wait for the call it is
+// called from (that would wait for itself), and the close finishes once
+// the call returns. A goroutine the handler waits for is not the handler's
+// call: Close from there waits as from anywhere else.
 func (c *Coordinator) Close() error {
+	c.shutdown()
+	if !c.calls.inCall() {
+		<-c.closeDone
+	}
+	return nil
+}
+
+// shutdown starts the close, once: it ends everything that could hold the
+// coordinator's goroutines, and leaves the wait for them to a goroutine of
+// its own, which closes closeDone at its end. It does not wait for
+// anything a Handler's call may be holding.
+func (c *Coordinator) shutdown() {
 	c.closeOnce.Do(func() {
 		c.lifeMu.Lock()
 		c.state = lifeClosed
@@ -546,15 +591,17 @@ func (c *Coordinator) Close() error {
 			// First, so joins, dials and push/pulls in flight end now.
 			_ = ml.Shutdown()
 		}
-		if starting != nil {
-			<-starting // Start shuts down what it made after Close looked
-		}
-		c.wg.Wait() // the loop ends leases and waits for its workers
-		c.joins.Wait()
-		c.subs.closeAll()
-		c.log.Info("closed")
+		go func() {
+			defer close(c.closeDone)
+			if starting != nil {
+				<-starting // Start shuts down what it made after Close looked
+			}
+			c.wg.Wait() // the loop ends leases and waits for its workers
+			c.joins.Wait()
+			c.subs.closeAll()
+			c.log.Info("closed")
+		}()
 	})
-	return nil
 }
 
 // Table returns the current partition table (nil before Start). While
@@ -729,7 +776,23 @@ func (c *Coordinator) report(in input) bool {
 // is held, as gossip shows, by the member the ring assigns it to, this
 // node's own partitions are served here, and no lease is in transit. Call
 // it on every node to wait for a whole cluster.
+//
+// Before Start it returns ErrNotStarted at once, as Leave, Join and Resign
+// do: nothing would ever converge. While a Start runs it waits, so it may
+// be called beside a Start in flight; a caller that starts the node in
+// another goroutine waits for that Start to return (or to have begun)
+// before it calls WaitConverged. Once the coordinator is closed it returns
+// ErrClosed; if ctx ends first, an error wrapping ctx's.
 func (c *Coordinator) WaitConverged(ctx context.Context) error {
+	c.lifeMu.Lock()
+	state := c.state
+	c.lifeMu.Unlock()
+	switch state {
+	case lifeNew:
+		return ErrNotStarted
+	case lifeClosed:
+		return ErrClosed
+	}
 	tick, stop := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
 	defer stop()
 	for {

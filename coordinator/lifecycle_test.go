@@ -342,6 +342,45 @@ func TestLifecycleMisuse(t *testing.T) {
 			t.Error("Leaving after a refused Leave")
 		}
 	})
+	// Issue 19, item 11: WaitConverged before Start returned only when its
+	// context ended.
+	t.Run("wait before start", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := within(context.Background())
+		defer cancel()
+		c := newLone(t, "m-wbs")
+		if err := c.WaitConverged(ctx); !errors.Is(err, ErrNotStarted) {
+			t.Fatalf("WaitConverged before Start returned %v, want ErrNotStarted", err)
+		}
+	})
+	t.Run("wait during start", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		defer cancel()
+		hole := newBlackHole(t, "127.0.0.1:0", true)
+		cfg, _, _ := holeSeeded(t, "m-wds", hole)
+		c, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		started := make(chan error, 1)
+		go func() { started <- c.Start(ctx) }()
+		waitFor(ctx, t, "the join's stream", func() bool { n, _ := hole.accepted(); return n > 0 })
+		// Start hangs in its join: WaitConverged waits for its context.
+		wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer wcancel()
+		if err := c.WaitConverged(wctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitConverged during Start returned %v, want its context's end", err)
+		}
+		closeWithin(t, c)
+		if err := result(ctx, t, started, "Start"); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Start cut by Close returned %v, want ErrClosed", err)
+		}
+		if err := c.WaitConverged(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("WaitConverged after Close returned %v, want ErrClosed", err)
+		}
+	})
 	t.Run("start twice", func(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)

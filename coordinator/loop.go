@@ -574,7 +574,8 @@ func (l *loop) goAcquire(e *leaseEntry) {
 	l.goWork(func() input {
 		ctx, cancel := context.WithTimeout(lease.Context(), c.cfg.AcquireTimeout)
 		defer cancel()
-		err := c.cfg.Handler.Acquire(ctx, lease)
+		var err error
+		c.calls.run(func() { err = c.cfg.Handler.Acquire(ctx, lease) })
 		if err == nil && c.ctx.Err() != nil {
 			// Closing: the loop takes no more input, so tell the handler
 			// here that the lease it just acquired has ended.
@@ -596,7 +597,9 @@ func (l *loop) goRelease(e *leaseEntry, cause error) {
 		}
 		ctx, cancel := context.WithTimeout(parent, c.cfg.ReleaseTimeout)
 		defer cancel()
-		if err := c.cfg.Handler.Release(ctx, lease); err != nil {
+		var err error
+		c.calls.run(func() { err = c.cfg.Handler.Release(ctx, lease) })
+		if err != nil {
 			c.log.Warn("release", "token", lease.Token(), "err", err)
 		}
 		return input{kind: inReleased, token: lease.Token()}
@@ -609,7 +612,9 @@ func (l *loop) release(lease *ownership.Lease) {
 	c := l.c
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ReleaseTimeout)
 	defer cancel()
-	if err := c.cfg.Handler.Release(ctx, lease); err != nil {
+	var err error
+	c.calls.run(func() { err = c.cfg.Handler.Release(ctx, lease) })
+	if err != nil {
 		c.log.Warn("release", "token", lease.Token(), "err", err)
 	}
 }

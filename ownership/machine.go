@@ -887,7 +887,9 @@ func (m *Machine) lose(p uint32, higher Token, cause error) {
 	// views are not transitive (it and this node can't reach each other,
 	// others reach both), and claiming back after the grace period would
 	// duel it at the pace of Grace. Respect it for StableAfter, the time
-	// views take to settle, then treat it as the dead holder it may be.
+	// views take to settle, then treat it as the dead holder it may be;
+	// if it shows up in this node's view first, it is a live member like
+	// any other from then on (see step).
 	if m.cfg.Knobs != nil && m.cfg.Knobs.ForgetFencedView {
 		return
 	}
@@ -950,6 +952,14 @@ func (m *Machine) step(p uint32) {
 			m.planRelease(p, ErrLeaseReleased)
 		}
 	case Unowned:
+		if m.now < s.rivalUntil && !s.holder.Released && m.live(s.holder.Token) {
+			// The rival this node could not see is in its view now: a
+			// live member like any other. Respect it as one, until the
+			// view changes, and no longer for StableAfter: if it crashes
+			// next, its partition waits Grace, not what is left of the
+			// respect.
+			s.rivalUntil, s.fencedView = 0, m.view
+		}
 		if !m.wants(p) {
 			if !m.q.ok && !m.leaving && m.place != nil && m.place.Owner(p) == m.cfg.Self.Name {
 				// Placed here, but no quorum: claim nothing, and keep the

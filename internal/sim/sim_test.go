@@ -192,6 +192,7 @@ func TestFigures(t *testing.T) {
 	fmt.Printf("figure: sim.events_per_second %.0f\n", float64(st.events)/st.elapsed.Seconds())
 	fmt.Printf("figure: sim.violations 0\n")
 	fmt.Printf("figure: sim.split_brains %d\n", st.splitBrains)
+	printFailoverFigures(t)
 	for _, c := range controls {
 		n, v := caughtAfter(t, c, 1_000_000)
 		if n == 0 {
