@@ -2,6 +2,8 @@ package sim
 
 import (
 	"slices"
+
+	"github.com/tenure-go/tenure/ownership"
 )
 
 // network models what memberlist gives each node: which members it sees.
@@ -254,7 +256,7 @@ func (nw *network) send(i, j int, msg []byte) {
 	}
 	to := s.nodes[j]
 	life := to.life
-	s.after(s.between(1, s.cfg.GossipDelay), func() { to.receive(life, msg) })
+	s.after(s.between(1, s.cfg.GossipDelay), func() { to.receive(life, ownership.GossipBroadcast, msg) })
 }
 
 // broadcast sends msg from i to every member i sees.
@@ -277,8 +279,8 @@ func (nw *network) pushPull(i, j int) {
 	ma, mb := a.state(), b.state()
 	la, lb := a.life, b.life
 	d := s.between(1, s.cfg.GossipDelay)
-	s.after(d, func() { b.receive(lb, ma) })
-	s.after(d, func() { a.receive(la, mb) })
+	s.after(d, func() { b.receive(lb, ownership.GossipPushPull, ma) })
+	s.after(d, func() { a.receive(la, ownership.GossipPushPull, mb) })
 }
 
 // join is what memberlist does when node i finds member j (a join, or a
@@ -291,8 +293,8 @@ func (nw *network) join(i, j int) {
 		return
 	}
 	a, b := s.nodes[i], s.nodes[j]
-	a.receive(a.life, b.state())
-	b.receive(b.life, a.state())
+	a.receive(a.life, ownership.GossipPushPull, b.state())
+	b.receive(b.life, ownership.GossipPushPull, a.state())
 	for k := range s.nodes {
 		if nw.sees[j][k] && nw.reachable(i, k) && !nw.sees[i][k] {
 			nw.sees[i][k] = true

@@ -377,8 +377,9 @@ func (n *node) state() []byte {
 	return b
 }
 
-// receive is the delegate's NotifyMsg and MergeRemoteState.
-func (n *node) receive(life int, b []byte) {
+// receive is the delegate's NotifyMsg (ch GossipBroadcast) and
+// MergeRemoteState (ch GossipPushPull).
+func (n *node) receive(life int, ch ownership.GossipChannel, b []byte) {
 	n.input(life, func() {
 		s := n.s
 		keys := s.keys
@@ -386,7 +387,7 @@ func (n *node) receive(life int, b []byte) {
 		if s.cfg.Bugs.TrustGossip {
 			keys, name = nil, clusterOf(b)
 		}
-		m, err := ownership.OpenGossip(b, name, keys)
+		m, err := ownership.OpenGossip(b, ch, name, keys)
 		if err != nil {
 			return
 		}

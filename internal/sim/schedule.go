@@ -380,7 +380,7 @@ func (s *Sim) Forge(p uint32, e uint64) {
 		}
 		for _, n := range s.nodes {
 			life := n.life
-			s.after(s.between(0, 2), func() { n.receive(life, b) })
+			s.after(s.between(0, 2), func() { n.receive(life, ownership.GossipBroadcast, b) })
 		}
 	}
 }
