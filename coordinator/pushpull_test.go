@@ -47,6 +47,13 @@ func rawPushPull(t *testing.T, addr string, state []byte) {
 	}
 }
 
+// panicOf runs fn and returns what it panicked with, or nil.
+func panicOf(fn func()) (p any) {
+	defer func() { p = recover() }()
+	fn()
+	return nil
+}
+
 // broadcastSamples are authentic messages of the broadcast kinds, as a
 // node of a cluster keyed with keys would gossip them (and as anyone on
 // the path can copy them).
@@ -85,8 +92,11 @@ func TestMergeRemoteStateRefusesBroadcastKinds(t *testing.T) {
 			d := &delegate{c: c}
 			for kind, b := range broadcastSamples(t, c, keys) {
 				n := dropped(c)
-				d.MergeRemoteState(b, false)
-				d.MergeRemoteState(b, true)
+				for _, join := range []bool{false, true} {
+					if p := panicOf(func() { d.MergeRemoteState(b, join) }); p != nil {
+						t.Fatalf("MergeRemoteState of a %s panicked (memberlist recovers nothing: the process dies): %v", kind, p)
+					}
+				}
 				if got := dropped(c) - n; got != 2 {
 					t.Errorf("a %s as push/pull state: %v dropped, want 2", kind, got)
 				}
