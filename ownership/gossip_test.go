@@ -243,3 +243,76 @@ func FuzzOpenGossip(f *testing.F) {
 		}
 	})
 }
+
+// Issue 19: what a replayed authentic message can do (see the package's
+// gossip comment), each bounded by a monotone merge: a claim heard twice
+// changes nothing the second time, an older claim or release heard after
+// a newer one is ignored, a stable membership the node has moved past is
+// ignored, and an old state replayed after newer claims and a newer set
+// moves nothing back. Each replay goes through the codec, as one copied
+// off the wire would.
+func TestReplayedGossipIsBounded(t *testing.T) {
+	keys, _ := NewKeyring(macTestKey(1))
+	for _, k := range []*Keyring{nil, keys} {
+		reopen := func(m GossipMessage) GossipMessage {
+			t.Helper()
+			m.Cluster, m.Sender = "c1", "a"
+			b, err := m.Seal(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := OpenGossip(b, m.Kind.Channel(), "c1", k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		old, _ := NewRegister(8)
+		reg, _ := NewRegister(8)
+		first := Claim{Token: k.Sign(Token{Partition: 1, Epoch: 3, Owner: "a", Incarnation: 7})}
+		old.ObserveClaim(first)
+		state := reopen(GossipMessage{Kind: GossipState, Stable: NewStable(2, []string{"a", "b", "c"}), Register: old})
+
+		// A claim heard twice.
+		for i, want := range []bool{true, false} {
+			if changed, err := reg.ObserveHeard(reopen(GossipMessage{Kind: GossipClaim, Claim: first}).Claim); changed != want || err != nil {
+				t.Fatalf("claim heard %d times: changed %v, %v", i+1, changed, err)
+			}
+		}
+		// Then a newer one: the release of epoch 3 and a claim of epoch 4.
+		// The older claim, replayed, is ignored.
+		newer := Claim{Token: k.Sign(Token{Partition: 1, Epoch: 4, Owner: "b", Incarnation: 9})}
+		for _, c := range []Claim{{Token: first.Token, Released: true}, newer} {
+			if changed, _ := reg.ObserveHeard(c); !changed {
+				t.Fatalf("%v not taken", c)
+			}
+		}
+		for _, c := range []Claim{first, {Token: first.Token, Released: true}} {
+			if changed, err := reg.ObserveHeard(reopen(GossipMessage{Kind: GossipClaim, Claim: c}).Claim); changed || err != nil {
+				t.Fatalf("replayed %v after %v: changed %v, %v", c, newer, changed, err)
+			}
+		}
+		// The old state, replayed: nothing moves back.
+		for c := range state.Claims() {
+			if changed, _ := reg.ObserveHeard(c); changed {
+				t.Fatalf("an old state's %v changed the register", c)
+			}
+		}
+		if got := reg.GetClaim(1); got != newer {
+			t.Fatalf("p1 is %v after the replays, want %v", got, newer)
+		}
+
+		// A stale stable membership heard late, and the same set twice.
+		q := &quorum{self: "a", stableAfter: 5, stable: NewStable(2, []string{"a", "b", "c"})}
+		q.setView(1, []ViewMember{{Name: "a"}, {Name: "b"}, {Name: "c"}}, nil)
+		cur := NewStable(3, []string{"a", "b", "c"})
+		if !q.heard(2, reopen(GossipMessage{Kind: GossipStable, Stable: cur}).Stable) {
+			t.Fatal("a newer stable membership was not taken")
+		}
+		for _, s := range []Stable{state.Stable, cur} {
+			if q.heard(3, reopen(GossipMessage{Kind: GossipStable, Stable: s}).Stable) || q.stable.ID() != cur.ID() {
+				t.Fatalf("replayed %v after %v: now %v", s, cur, q.stable)
+			}
+		}
+	}
+}
