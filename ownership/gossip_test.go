@@ -245,7 +245,7 @@ func FuzzOpenGossip(f *testing.F) {
 }
 
 // Issue 19: what a replayed authentic message can do (see the package's
-// gossip comment), each bounded by a monotone merge: a claim heard twice
+// comment in gossip.go), each bounded by a monotone merge: a claim heard twice
 // changes nothing the second time, an older claim or release heard after
 // a newer one is ignored, a stable membership the node has moved past is
 // ignored, and an old state replayed after newer claims and a newer set
