@@ -178,10 +178,12 @@ func FuzzDelegateSigned(f *testing.F) {
 				d := &delegate{c: c}
 				// On the wrong channel: dropped, whoever signed it.
 				n := dropped(c)
+				wrong, own := func() { d.MergeRemoteState(msg, join) }, func() { d.NotifyMsg(msg) }
 				if m.Kind.Channel() == ownership.GossipPushPull {
-					d.NotifyMsg(msg)
-				} else {
-					d.MergeRemoteState(msg, join)
+					wrong, own = own, wrong
+				}
+				if p := panicOf(wrong); p != nil {
+					t.Fatalf("%s: a %v message on the wrong channel panicked: %v", c.cfg.Name, m.Kind, p)
 				}
 				if got := dropped(c) - n; got != 1 {
 					t.Fatalf("%s: a %v message on the wrong channel: %v dropped, want 1", c.cfg.Name, m.Kind, got)
@@ -189,10 +191,8 @@ func FuzzDelegateSigned(f *testing.F) {
 				// On its own channel, under a key the node does not hold.
 				if c == keyed && signer%3 != 1 {
 					n := dropped(c)
-					if m.Kind.Channel() == ownership.GossipPushPull {
-						d.MergeRemoteState(msg, join)
-					} else {
-						d.NotifyMsg(msg)
+					if p := panicOf(own); p != nil {
+						t.Fatalf("%s: a %v message panicked: %v", c.cfg.Name, m.Kind, p)
 					}
 					if got := dropped(c) - n; got != 1 {
 						t.Fatalf("%s: a %v message signed by %d: %v dropped, want 1", c.cfg.Name, m.Kind, signer%3, got)
