@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -26,20 +27,16 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 // NotifyMsg implements memberlist.Delegate: a gossiped claim, release or
-// stable membership. Whatever fails OpenGossip's checks is dropped.
+// stable membership. Whatever fails OpenGossip's checks for the broadcast
+// channel is dropped, a state among them.
 func (d *delegate) NotifyMsg(b []byte) {
-	m, err := ownership.OpenGossip(b, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
+	m, err := ownership.OpenGossip(b, ownership.GossipBroadcast, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
 	if err != nil {
 		d.c.log.Debug("dropped gossip", "err", err)
 		d.c.metrics.gossipDropped.Inc()
 		return
 	}
-	switch m.Kind {
-	case ownership.GossipClaim:
-		d.c.inbox.push(heard{claims: []ownership.Claim{m.Claim}})
-	case ownership.GossipStable:
-		d.c.inbox.push(heard{stable: m.Stable})
-	}
+	d.c.inbox.push(heard{stable: m.Stable, claims: slices.Collect(m.Claims())})
 }
 
 // GetBroadcasts implements memberlist.Delegate.
@@ -61,12 +58,17 @@ func (d *delegate) LocalState(join bool) []byte {
 	return b
 }
 
-// MergeRemoteState implements memberlist.Delegate.
+// MergeRemoteState implements memberlist.Delegate: another node's state,
+// from a push/pull. It runs on memberlist's stream goroutine, where
+// nothing recovers a panic, and its input comes from whoever opened a TCP
+// connection to the gossip port (memberlist checks metadata only on joins):
+// whatever fails OpenGossip's checks for the push/pull channel, a claim or
+// stable membership among them, is dropped.
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	if len(buf) == 0 {
 		return
 	}
-	m, err := ownership.OpenGossip(buf, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
+	m, err := ownership.OpenGossip(buf, ownership.GossipPushPull, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
 	if err == nil && m.Register.Partitions() != d.c.reg.Partitions() {
 		err = fmt.Errorf("register of %d partitions, want %d", m.Register.Partitions(), d.c.reg.Partitions())
 	}
@@ -75,11 +77,7 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 		d.c.metrics.gossipDropped.Inc()
 		return
 	}
-	h := heard{stable: m.Stable}
-	for cl := range m.Register.All() {
-		h.claims = append(h.claims, cl)
-	}
-	d.c.inbox.push(h)
+	d.c.inbox.push(heard{stable: m.Stable, claims: slices.Collect(m.Claims())})
 }
 
 // NotifyJoin, NotifyLeave and NotifyUpdate implement memberlist.EventDelegate.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 )
 
 // Gossip is input from the network: anything that can send a packet to a
@@ -14,6 +15,37 @@ import (
 // gossip, or set token keys). Even then a claim can't move a partition's
 // epoch by more than MaxEpochJump at once, so no single message can
 // exhaust an epoch and make a partition unclaimable.
+//
+// Every kind of message travels on one channel (GossipKind.Channel):
+// claims and stable memberships are broadcasts, a node's whole state
+// travels in memberlist's push/pull. OpenGossip is told the channel the
+// bytes came in on and refuses every other kind before reading its body,
+// and the MAC is computed under a context that names the channel, so a
+// broadcast's MAC does not verify as a state's even where a caller forgot
+// the kind (and the kind byte is under the MAC too).
+//
+// Replay. A MAC proves who made a message, not when: anyone on the path
+// can copy an authentic message and send it again, on its own channel, at
+// any later time (on another channel or to another cluster it fails).
+// What a replay can do is bounded by the merges, which are all monotone:
+//
+//   - a claim heard twice: the register keeps the highest claim per
+//     partition (Register.ObserveHeard), so the second copy changes
+//     nothing; an older claim or release, heard after a newer one, is
+//     below it and ignored;
+//   - a stale stable membership heard late: a heard set replaces a node's
+//     own only if its ID is higher (and plausible, and a quorum of it is
+//     known), so one the node has moved past is ignored;
+//   - an old state replayed: it is its stable membership and its claims,
+//     each merged as above, so it can't move a node backwards either.
+//
+// So a replay delivers, at worst, a message the cluster once sent to a
+// node that had not heard it yet: what gossip does anyway. It can't
+// lower an epoch, revive a lease, or bring back a stable membership a
+// node has left behind. A node that restarts has forgotten everything and
+// relearns from the current members; a replayed old set it adopts then
+// is superseded as in any late delivery (members' metadata shows the
+// newer ID, which makes it outdated until it learns it).
 
 // ErrWrongCluster: a gossip message names another cluster.
 var ErrWrongCluster = errors.New("tenure: gossip from another cluster")
@@ -35,6 +67,56 @@ const (
 	GossipState                        // a node's whole state: stable membership and register (push/pull)
 )
 
+// A GossipChannel is where a gossip message travels. Each kind has one
+// (Channel), and OpenGossip opens only the kinds of the channel it is
+// told the bytes came in on.
+type GossipChannel uint8
+
+// The gossip channels.
+const (
+	// GossipBroadcast: memberlist user messages, by UDP or TCP (the
+	// delegate's GetBroadcasts and NotifyMsg): claims and stable
+	// memberships.
+	GossipBroadcast GossipChannel = iota + 1
+	// GossipPushPull: the user state of memberlist's push/pull exchange
+	// (the delegate's LocalState and MergeRemoteState): states.
+	GossipPushPull
+)
+
+func (c GossipChannel) String() string {
+	switch c {
+	case GossipBroadcast:
+		return "broadcast"
+	case GossipPushPull:
+		return "push/pull"
+	}
+	return fmt.Sprintf("GossipChannel(%d)", uint8(c))
+}
+
+// Channel returns the channel messages of kind k travel on (zero for an
+// unknown kind).
+func (k GossipKind) Channel() GossipChannel {
+	switch k {
+	case GossipClaim, GossipStable:
+		return GossipBroadcast
+	case GossipState:
+		return GossipPushPull
+	}
+	return 0
+}
+
+func (k GossipKind) String() string {
+	switch k {
+	case GossipClaim:
+		return "claim"
+	case GossipStable:
+		return "stable"
+	case GossipState:
+		return "state"
+	}
+	return fmt.Sprintf("GossipKind(%d)", uint8(k))
+}
+
 // A GossipMessage is one message of tenure's gossip protocol.
 type GossipMessage struct {
 	Kind    GossipKind
@@ -48,17 +130,35 @@ type GossipMessage struct {
 	Register *Register
 }
 
-// Gossip message encoding, version 1:
+// Claims returns the claims m carries: a claim message's one claim, or
+// the claims of a state's register.
+func (m GossipMessage) Claims() iter.Seq[Claim] {
+	return func(yield func(Claim) bool) {
+		switch {
+		case m.Kind == GossipClaim:
+			yield(m.Claim)
+		case m.Kind == GossipState && m.Register != nil:
+			for c := range m.Register.All() {
+				if !yield(c) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Gossip message encoding, version 2:
 //
 //	magic     1 byte, 0x67 ('g')
-//	version   1 byte, 1
+//	version   1 byte, 2
 //	kind      1 byte (GossipKind)
 //	flags     1 byte: bit 0 set when a MAC follows; other bits zero
 //	cluster   1 byte length, then the name
 //	sender    1 byte length, then the name
 //	body      the kind's body (below)
 //	MAC       MACSize bytes, when flagged: HMAC-SHA256 under the primary
-//	          token key, over every byte before it, truncated
+//	          token key, of a context naming the kind's channel followed
+//	          by every byte before the MAC, truncated
 //
 // Bodies: a claim is its binary encoding (see Claim.AppendBinary); a stable
 // membership is a uvarint version, a uvarint count and the names (1 byte
@@ -66,9 +166,15 @@ type GossipMessage struct {
 // version is 0; a state is a stable membership followed by the register's
 // encoding (see Register.AppendBinary). Like every tenure encoding it is
 // canonical: decoders reject anything else.
+//
+// Version 1 had the same layout but one MAC context for every channel.
+// Nodes of versions 1 and 2 drop each other's gossip as malformed: a
+// cluster must not mix them (the fence keeps writes safe meanwhile, but
+// claims don't cross and ownership doesn't converge until every node runs
+// version 2).
 const (
 	gossipMagic   = 0x67
-	gossipVersion = 1
+	gossipVersion = 2
 	gossipFlagMAC = 1 << 0
 )
 
@@ -108,7 +214,7 @@ func (m GossipMessage) Seal(keys *Keyring) ([]byte, error) {
 		return nil, err
 	}
 	if keys != nil {
-		mac := keys.sealBytes(b)
+		mac := keys.sealBytes(m.Kind.Channel(), b)
 		b = append(b, mac[:]...)
 	}
 	return b, nil
@@ -124,12 +230,14 @@ func appendStable(b []byte, s Stable) []byte {
 	return b
 }
 
-// OpenGossip decodes a gossip message received from the network and checks
-// it: it must be well formed (else an error wrapping ErrMalformedToken),
-// name cluster (else ErrWrongCluster), and, when keys is not nil, carry a
-// MAC that verifies under keys, every token in it too (else ErrBadMAC).
-// It never panics.
-func OpenGossip(b []byte, cluster string, keys *Keyring) (GossipMessage, error) {
+// OpenGossip decodes a gossip message received from the network on channel
+// ch and checks it: it must be well formed and of a kind that travels on ch
+// (else an error wrapping ErrMalformedToken; the body of a kind of another
+// channel is not read), name cluster (else ErrWrongCluster), and, when keys
+// is not nil, carry a MAC for ch that verifies under keys, every token in
+// it too (else ErrBadMAC). A message it returns without error has the
+// fields of its kind set: a GossipState has a Register. It never panics.
+func OpenGossip(b []byte, ch GossipChannel, cluster string, keys *Keyring) (GossipMessage, error) {
 	var m GossipMessage
 	d := decoder{b: b}
 	magic, version := d.byte(), d.byte()
@@ -145,6 +253,8 @@ func OpenGossip(b []byte, cluster string, keys *Keyring) (GossipMessage, error) 
 		return GossipMessage{}, d.err()
 	case m.Kind < GossipClaim || m.Kind > GossipState:
 		return GossipMessage{}, malformed("gossip: unknown kind %d", m.Kind)
+	case m.Kind.Channel() != ch:
+		return GossipMessage{}, malformed("gossip: a %v message on the %v channel", m.Kind, ch)
 	case flags&^gossipFlagMAC != 0:
 		return GossipMessage{}, malformed("gossip: unknown flags %#x", flags)
 	case m.Sender == "":
@@ -164,7 +274,7 @@ func OpenGossip(b []byte, cluster string, keys *Keyring) (GossipMessage, error) 
 		if flags&gossipFlagMAC == 0 {
 			return GossipMessage{}, fmt.Errorf("%w: unsigned gossip from %q", ErrBadMAC, m.Sender)
 		}
-		if !keys.openBytes(b[:len(b)-MACSize], b[len(b)-MACSize:]) {
+		if !keys.openBytes(ch, b[:len(b)-MACSize], b[len(b)-MACSize:]) {
 			return GossipMessage{}, fmt.Errorf("%w: gossip from %q", ErrBadMAC, m.Sender)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -45,7 +46,7 @@ func TestGossipRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Seal(%+v): %v", m, err)
 			}
-			got, err := OpenGossip(b, m.Cluster, k)
+			got, err := OpenGossip(b, m.Kind.Channel(), m.Cluster, k)
 			if err != nil {
 				t.Fatalf("OpenGossip(Seal(%+v)): %v", m, err)
 			}
@@ -68,21 +69,21 @@ func TestOpenGossipRefuses(t *testing.T) {
 	m := gossipSamples(t, keys)[0]
 
 	plain, _ := m.Seal(nil)
-	if _, err := OpenGossip(plain, "c2", nil); !errors.Is(err, ErrWrongCluster) {
+	if _, err := OpenGossip(plain, GossipBroadcast, "c2", nil); !errors.Is(err, ErrWrongCluster) {
 		t.Errorf("another cluster's claim: %v, want ErrWrongCluster", err)
 	}
-	if _, err := OpenGossip(plain, "c1", keys); !errors.Is(err, ErrBadMAC) {
+	if _, err := OpenGossip(plain, GossipBroadcast, "c1", keys); !errors.Is(err, ErrBadMAC) {
 		t.Errorf("unsigned claim in a keyed cluster: %v, want ErrBadMAC", err)
 	}
 	forged, _ := m.Seal(other)
-	if _, err := OpenGossip(forged, "c1", keys); !errors.Is(err, ErrBadMAC) {
+	if _, err := OpenGossip(forged, GossipBroadcast, "c1", keys); !errors.Is(err, ErrBadMAC) {
 		t.Errorf("claim sealed under another key: %v, want ErrBadMAC", err)
 	}
 	signed, _ := m.Seal(keys)
 	for i := range signed {
 		b := bytes.Clone(signed)
 		b[i] ^= 0x01
-		if _, err := OpenGossip(b, "c1", keys); err == nil {
+		if _, err := OpenGossip(b, GossipBroadcast, "c1", keys); err == nil {
 			t.Fatalf("a flipped bit at %d went unnoticed", i)
 		}
 	}
@@ -91,14 +92,48 @@ func TestOpenGossipRefuses(t *testing.T) {
 	bad := m
 	bad.Claim.Token = Token{Partition: 2, Epoch: math.MaxUint64, Owner: "x", Incarnation: 1}
 	b, _ := bad.Seal(keys)
-	if _, err := OpenGossip(b, "c1", keys); !errors.Is(err, ErrBadMAC) {
+	if _, err := OpenGossip(b, GossipBroadcast, "c1", keys); !errors.Is(err, ErrBadMAC) {
 		t.Errorf("unsigned token in a signed message: %v, want ErrBadMAC", err)
 	}
 	st := gossipSamples(t, keys)[4]
 	st.Register.ObserveClaim(Claim{Token: Token{Partition: 7, Epoch: 1, Owner: "x", Incarnation: 1}})
 	b, _ = st.Seal(keys)
-	if _, err := OpenGossip(b, "c1", keys); !errors.Is(err, ErrBadMAC) {
+	if _, err := OpenGossip(b, GossipPushPull, "c1", keys); !errors.Is(err, ErrBadMAC) {
 		t.Errorf("unsigned token in a signed register: %v, want ErrBadMAC", err)
+	}
+}
+
+// Issue 19, defect 1: a claim or stable membership sent as push/pull state
+// was opened, and its missing register crashed the node. Each kind opens
+// only on its own channel, keyed or not, and a kind of another channel is
+// refused before its body is read (a body that would not even parse gets
+// the same error).
+func TestOpenGossipOnlyOnItsChannel(t *testing.T) {
+	keys, _ := NewKeyring(macTestKey(1))
+	for _, k := range []*Keyring{nil, keys} {
+		for _, m := range gossipSamples(t, k) {
+			b, err := m.Seal(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ch := range []GossipChannel{GossipBroadcast, GossipPushPull} {
+				got, err := OpenGossip(b, ch, m.Cluster, k)
+				if ch == m.Kind.Channel() {
+					if err != nil {
+						t.Fatalf("a %v on its own channel: %v", m.Kind, err)
+					}
+					continue
+				}
+				if !errors.Is(err, ErrMalformedToken) || !strings.Contains(err.Error(), "channel") || got.Kind != 0 {
+					t.Fatalf("a %v (keys %v) on the %v channel: %+v, %v", m.Kind, k != nil, ch, got, err)
+				}
+				cut := bytes.Clone(b[:6+len(m.Cluster)+len(m.Sender)+1]) // the header and one byte
+				cut[3] = 0                                               // no MAC flag
+				if _, err := OpenGossip(cut, ch, m.Cluster, nil); err == nil || !strings.Contains(err.Error(), "channel") {
+					t.Fatalf("a truncated %v on the %v channel: %v, want the channel refused first", m.Kind, ch, err)
+				}
+			}
+		}
 	}
 }
 
@@ -108,6 +143,7 @@ func TestOpenGossipRejectsMalformed(t *testing.T) {
 		"empty":          nil,
 		"old claim":      mustClaim(t, Claim{Token: Token{Partition: 1, Epoch: 1, Owner: "a"}}),
 		"bad kind":       append([]byte{gossipMagic, gossipVersion, 9}, good[3:]...),
+		"version 1":      append([]byte{gossipMagic, 1}, good[2:]...),
 		"unknown flag":   append([]byte{gossipMagic, gossipVersion, 2, 0x80}, good[4:]...),
 		"truncated":      good[:len(good)-1],
 		"trailing":       append(bytes.Clone(good), 0),
@@ -117,7 +153,7 @@ func TestOpenGossipRejectsMalformed(t *testing.T) {
 		"huge count":     {gossipMagic, gossipVersion, 2, 0, 2, 'c', '1', 1, 'a', 1, 0xff, 0x7f},
 	}
 	for name, b := range cases {
-		if _, err := OpenGossip(b, "c1", nil); !errors.Is(err, ErrMalformedToken) {
+		if _, err := OpenGossip(b, GossipBroadcast, "c1", nil); !errors.Is(err, ErrMalformedToken) {
 			t.Errorf("%s: %v, want ErrMalformedToken", name, err)
 		}
 	}
@@ -171,29 +207,112 @@ func FuzzOpenGossip(f *testing.F) {
 		if keyed {
 			k = keys
 		}
-		m, err := OpenGossip(b, "c1", k)
-		if err != nil {
-			if m.Kind != 0 || m.Register != nil {
-				t.Fatalf("error %v with a non-zero message %+v", err, m)
+		opened := 0
+		for _, ch := range []GossipChannel{GossipBroadcast, GossipPushPull} {
+			m, err := OpenGossip(b, ch, "c1", k)
+			if err != nil {
+				if m.Kind != 0 || m.Register != nil {
+					t.Fatalf("error %v with a non-zero message %+v", err, m)
+				}
+				continue
 			}
-			return
+			opened++
+			if m.Kind.Channel() != ch {
+				t.Fatalf("a %v message opened on the %v channel", m.Kind, ch)
+			}
+			if (m.Kind == GossipState) != (m.Register != nil) {
+				t.Fatalf("a %v message with register %v", m.Kind, m.Register)
+			}
+			again, err := m.Seal(k)
+			if err != nil {
+				t.Fatalf("Seal of an opened message: %v", err)
+			}
+			want := b
+			if !keyed && b[3]&gossipFlagMAC != 0 {
+				// A node without keys accepts a signed message; re-sealed
+				// without keys it loses the flag and the MAC.
+				want = bytes.Clone(b[:len(b)-MACSize])
+				want[3] &^= gossipFlagMAC
+			}
+			if !bytes.Equal(again, want) {
+				t.Fatalf("not canonical: %x decoded, %x encoded", b, again)
+			}
 		}
-		again, err := m.Seal(k)
-		if err != nil {
-			t.Fatalf("Seal of an opened message: %v", err)
-		}
-		want := b
-		if !keyed && b[3]&gossipFlagMAC != 0 {
-			// A node without keys accepts a signed message; re-sealed
-			// without keys it loses the flag and the MAC.
-			want = bytes.Clone(b[:len(b)-MACSize])
-			want[3] &^= gossipFlagMAC
-		}
-		if !keyed && !bytes.Equal(again, want) {
-			t.Fatalf("not canonical: %x decoded, %x encoded", b, again)
-		}
-		if keyed && !bytes.Equal(again, b) {
-			t.Fatalf("not canonical: %x decoded, %x encoded", b, again)
+		if opened > 1 {
+			t.Fatalf("%x opened on both channels", b)
 		}
 	})
+}
+
+// Issue 19: what a replayed authentic message can do (see the package's
+// comment in gossip.go), each bounded by a monotone merge: a claim heard twice
+// changes nothing the second time, an older claim or release heard after
+// a newer one is ignored, a stable membership the node has moved past is
+// ignored, and an old state replayed after newer claims and a newer set
+// moves nothing back. Each replay goes through the codec, as one copied
+// off the wire would.
+func TestReplayedGossipIsBounded(t *testing.T) {
+	keys, _ := NewKeyring(macTestKey(1))
+	for _, k := range []*Keyring{nil, keys} {
+		reopen := func(m GossipMessage) GossipMessage {
+			t.Helper()
+			m.Cluster, m.Sender = "c1", "a"
+			b, err := m.Seal(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := OpenGossip(b, m.Kind.Channel(), "c1", k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		old, _ := NewRegister(8)
+		reg, _ := NewRegister(8)
+		first := Claim{Token: k.Sign(Token{Partition: 1, Epoch: 3, Owner: "a", Incarnation: 7})}
+		old.ObserveClaim(first)
+		state := reopen(GossipMessage{Kind: GossipState, Stable: NewStable(2, []string{"a", "b", "c"}), Register: old})
+
+		// A claim heard twice.
+		for i, want := range []bool{true, false} {
+			if changed, err := reg.ObserveHeard(reopen(GossipMessage{Kind: GossipClaim, Claim: first}).Claim); changed != want || err != nil {
+				t.Fatalf("claim heard %d times: changed %v, %v", i+1, changed, err)
+			}
+		}
+		// Then a newer one: the release of epoch 3 and a claim of epoch 4.
+		// The older claim, replayed, is ignored.
+		newer := Claim{Token: k.Sign(Token{Partition: 1, Epoch: 4, Owner: "b", Incarnation: 9})}
+		for _, c := range []Claim{{Token: first.Token, Released: true}, newer} {
+			if changed, _ := reg.ObserveHeard(c); !changed {
+				t.Fatalf("%v not taken", c)
+			}
+		}
+		for _, c := range []Claim{first, {Token: first.Token, Released: true}} {
+			if changed, err := reg.ObserveHeard(reopen(GossipMessage{Kind: GossipClaim, Claim: c}).Claim); changed || err != nil {
+				t.Fatalf("replayed %v after %v: changed %v, %v", c, newer, changed, err)
+			}
+		}
+		// The old state, replayed: nothing moves back.
+		for c := range state.Claims() {
+			if changed, _ := reg.ObserveHeard(c); changed {
+				t.Fatalf("an old state's %v changed the register", c)
+			}
+		}
+		if got := reg.GetClaim(1); got != newer {
+			t.Fatalf("p1 is %v after the replays, want %v", got, newer)
+		}
+
+		// A stale stable membership heard late, and the same set twice.
+		q := &quorum{self: "a", stableAfter: 5, stable: NewStable(2, []string{"a", "b", "c"})}
+		q.setView(1, []ViewMember{{Name: "a"}, {Name: "b"}, {Name: "c"}}, nil)
+		cur := NewStable(3, []string{"a", "b", "c"})
+		if !q.heard(2, reopen(GossipMessage{Kind: GossipStable, Stable: cur}).Stable) {
+			t.Fatal("a newer stable membership was not taken")
+		}
+		for _, s := range []Stable{state.Stable, cur} {
+			if q.heard(3, reopen(GossipMessage{Kind: GossipStable, Stable: s}).Stable) || q.stable.ID() != cur.ID() {
+				t.Fatalf("replayed %v after %v: now %v", s, cur, q.stable)
+			}
+		}
+	}
 }

@@ -116,20 +116,32 @@ func (mk *macKey) hmac(a, b []byte) [MACSize]byte {
 	return m
 }
 
-// gossipContext separates gossip MACs from token MACs.
-const gossipContext = "tenure gossip mac v1\x00"
-
-// sealBytes returns the MAC of a gossip message under the primary key.
-func (k *Keyring) sealBytes(msg []byte) [MACSize]byte {
-	return k.keys[0].hmac([]byte(gossipContext), msg)
+// gossipContext returns the context of gossip MACs on channel ch: it
+// separates them from token MACs, and the channels from each other, so a
+// broadcast's MAC does not verify as push/pull state.
+func gossipContext(ch GossipChannel) []byte {
+	switch ch {
+	case GossipBroadcast:
+		return []byte("tenure gossip v2 broadcast mac\x00")
+	case GossipPushPull:
+		return []byte("tenure gossip v2 push/pull mac\x00")
+	}
+	return []byte("tenure gossip v2 no channel\x00")
 }
 
-// openBytes reports whether mac authenticates msg under one of the keys,
-// in constant time.
-func (k *Keyring) openBytes(msg []byte, mac []byte) bool {
+// sealBytes returns the MAC of a gossip message for channel ch under the
+// primary key.
+func (k *Keyring) sealBytes(ch GossipChannel, msg []byte) [MACSize]byte {
+	return k.keys[0].hmac(gossipContext(ch), msg)
+}
+
+// openBytes reports whether mac authenticates msg for channel ch under one
+// of the keys, in constant time.
+func (k *Keyring) openBytes(ch GossipChannel, msg []byte, mac []byte) bool {
+	ctx := gossipContext(ch)
 	ok := false
 	for _, mk := range k.keys {
-		m := mk.hmac([]byte(gossipContext), msg)
+		m := mk.hmac(ctx, msg)
 		ok = hmac.Equal(m[:], mac) || ok
 	}
 	return ok

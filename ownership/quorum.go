@@ -259,10 +259,18 @@ func (q *quorum) known() []string {
 }
 
 // toAsk returns the members that show a stable membership above this
-// node's and have not been asked for it yet, and marks them asked.
+// node's and have not been asked for it yet, and marks them asked. It
+// forgets a member asked once it has left the view or this node's own
+// stable membership has reached what it was asked for, so asked never
+// holds more than the view.
 func (q *quorum) toAsk() []string {
 	var out []string
 	own := q.stable.ID()
+	for m, id := range q.asked {
+		if _, ok := q.ids[m]; !ok || id.Compare(own) <= 0 {
+			delete(q.asked, m)
+		}
+	}
 	for _, m := range q.view {
 		id := q.ids[m]
 		if m == q.self || id.Compare(own) <= 0 || !plausibleID(own, id) || q.asked[m] == id {

@@ -13,9 +13,12 @@
 // encoded messages, an authority (each node's gossip authority, or a strict
 // compare-and-swap authority like the SQL one), a fenced resource in Exact
 // mode, handlers with delays and overruns, writers whose writes can be held
-// past a pause, and an adversary that forges gossip.
+// past a pause, and an adversary that forges gossip and replays authentic
+// messages it copied off the wire, late and on the wrong channel (a
+// broadcast as push/pull state, a state as a broadcast).
 //
-// Checks, after every event: S1 (the resource never applies a write below
+// Checks, after every event: no message from the network crashes a node
+// (a panic in its delegate); S1 (the resource never applies a write below
 // its mark), S2 (a lease is served only once the resource was fenced with
 // it), S3 (no token is minted twice), S4 with the strict authority (epochs
 // dense and in order, one holder each); no lease granted to a node that has

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"slices"
+
+	"github.com/tenure-go/tenure/ownership"
 )
 
 // network models what memberlist gives each node: which members it sees.
@@ -30,6 +32,26 @@ type network struct {
 	uflip   [][]uint64
 	usince  [][]uint64 // tick unreach[i][j] last became true
 	uheld   [][]bool   // held past ReachHold: counts again until j answers
+	// sniffed holds the last messages the network carried, with their
+	// channels: what an adversary on the path can copy and replay.
+	sniffed []sniffedMsg
+}
+
+// sniffedMsg is a message copied off the wire.
+type sniffedMsg struct {
+	ch  ownership.GossipChannel
+	msg []byte
+}
+
+// maxSniffed is how many messages the adversary keeps.
+const maxSniffed = 16
+
+// sniff records msg, carried on ch, for the adversary.
+func (nw *network) sniff(ch ownership.GossipChannel, msg []byte) {
+	if len(nw.sniffed) == maxSniffed {
+		nw.sniffed = slices.Delete(nw.sniffed, 0, 1)
+	}
+	nw.sniffed = append(nw.sniffed, sniffedMsg{ch, msg})
 }
 
 func newNetwork(s *Sim, n int) *network {
@@ -252,9 +274,10 @@ func (nw *network) send(i, j int, msg []byte) {
 	if i == j || !nw.link[i][j] || s.chance(nw.drop) {
 		return
 	}
+	nw.sniff(ownership.GossipBroadcast, msg)
 	to := s.nodes[j]
 	life := to.life
-	s.after(s.between(1, s.cfg.GossipDelay), func() { to.receive(life, msg) })
+	s.after(s.between(1, s.cfg.GossipDelay), func() { to.receive(life, ownership.GossipBroadcast, msg) })
 }
 
 // broadcast sends msg from i to every member i sees.
@@ -275,10 +298,11 @@ func (nw *network) pushPull(i, j int) {
 	}
 	a, b := s.nodes[i], s.nodes[j]
 	ma, mb := a.state(), b.state()
+	nw.sniff(ownership.GossipPushPull, ma)
 	la, lb := a.life, b.life
 	d := s.between(1, s.cfg.GossipDelay)
-	s.after(d, func() { b.receive(lb, ma) })
-	s.after(d, func() { a.receive(la, mb) })
+	s.after(d, func() { b.receive(lb, ownership.GossipPushPull, ma) })
+	s.after(d, func() { a.receive(la, ownership.GossipPushPull, mb) })
 }
 
 // join is what memberlist does when node i finds member j (a join, or a
@@ -291,8 +315,8 @@ func (nw *network) join(i, j int) {
 		return
 	}
 	a, b := s.nodes[i], s.nodes[j]
-	a.receive(a.life, b.state())
-	b.receive(b.life, a.state())
+	a.receive(a.life, ownership.GossipPushPull, b.state())
+	b.receive(b.life, ownership.GossipPushPull, a.state())
 	for k := range s.nodes {
 		if nw.sees[j][k] && nw.reachable(i, k) && !nw.sees[i][k] {
 			nw.sees[i][k] = true

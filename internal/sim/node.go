@@ -377,32 +377,37 @@ func (n *node) state() []byte {
 	return b
 }
 
-// receive is the delegate's NotifyMsg and MergeRemoteState.
-func (n *node) receive(life int, b []byte) {
+// receive is the delegate's NotifyMsg (ch GossipBroadcast) and
+// MergeRemoteState (ch GossipPushPull). A panic in it is a crash of the
+// node's process (memberlist's goroutines recover nothing): the checker
+// records it.
+func (n *node) receive(life int, ch ownership.GossipChannel, b []byte) {
 	n.input(life, func() {
+		defer func() {
+			if p := recover(); p != nil {
+				n.s.chk.fail("crash: %s panicked on a message from the %v channel: %v", n.name, ch, p)
+			}
+		}()
 		s := n.s
 		keys := s.keys
 		name := cluster
 		if s.cfg.Bugs.TrustGossip {
 			keys, name = nil, clusterOf(b)
 		}
-		m, err := ownership.OpenGossip(b, name, keys)
+		m, err := ownership.OpenGossip(b, ch, name, keys)
+		if err != nil && s.cfg.Bugs.AnyKindAsState && ch == ownership.GossipPushPull {
+			m, err = ownership.OpenGossip(b, ownership.GossipBroadcast, name, keys)
+		}
 		if err != nil {
 			return
+		}
+		if ch == ownership.GossipPushPull && m.Register.Partitions() != n.reg.Partitions() {
+			return // as the shell does
 		}
 		if m.Stable.Known() {
 			n.m.HeardStable(m.Stable)
 		}
-		var claims []ownership.Claim
-		switch m.Kind {
-		case ownership.GossipClaim:
-			claims = []ownership.Claim{m.Claim}
-		case ownership.GossipState:
-			for c := range m.Register.All() {
-				claims = append(claims, c)
-			}
-		}
-		for _, c := range claims {
+		for c := range m.Claims() {
 			var changed bool
 			if s.cfg.Bugs.TrustGossip {
 				changed = n.reg.ObserveClaim(c)

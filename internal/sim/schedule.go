@@ -131,7 +131,7 @@ var faultKinds = []struct {
 }{
 	{"split", 6}, {"oneway", 3}, {"bridge", 2}, {"drops", 2}, {"crash", 4}, {"crash-restart", 4},
 	{"pause", 5}, {"skew", 2}, {"leave", 2}, {"outage", 2}, {"reset", 1}, {"forge", 2}, {"reshape", 2},
-	{"crash-minter", 2}, {"blind", 4},
+	{"crash-minter", 2}, {"blind", 4}, {"replay", 2},
 }
 
 func (s *Sim) drawFault() string {
@@ -253,6 +253,8 @@ func (s *Sim) apply(kind string, d int) {
 		s.Reset()
 	case "forge":
 		s.Forge(uint32(s.rng.IntN(s.cfg.Partitions)), math.MaxUint64-uint64(s.rng.IntN(3)))
+	case "replay":
+		s.Replay()
 	case "reshape":
 		// {A}|{B}, A a minority, held past StableAfter, then one node of B
 		// crosses to A.
@@ -380,7 +382,28 @@ func (s *Sim) Forge(p uint32, e uint64) {
 		}
 		for _, n := range s.nodes {
 			life := n.life
-			s.after(s.between(0, 2), func() { n.receive(life, b) })
+			s.after(s.between(0, 2), func() { n.receive(life, ownership.GossipBroadcast, b) })
+		}
+	}
+}
+
+// Replay has an adversary on the path send every node copies of messages
+// the network carried (authentic, with keys), each on its own channel (a
+// late duplicate) and on the other (a broadcast as push/pull state, a
+// state as a broadcast), some at once and some later.
+func (s *Sim) Replay() {
+	sn := s.net.sniffed
+	if len(sn) == 0 {
+		return
+	}
+	s.logFault("replay %d messages", min(3, len(sn)))
+	for range min(3, len(sn)) {
+		m := sn[s.rng.IntN(len(sn))]
+		for _, ch := range []ownership.GossipChannel{ownership.GossipBroadcast, ownership.GossipPushPull} {
+			for _, n := range s.nodes {
+				life := n.life
+				s.after(s.between(0, 2*s.cfg.PushPull), func() { n.receive(life, ch, m.msg) })
+			}
 		}
 	}
 }

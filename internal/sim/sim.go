@@ -53,6 +53,11 @@ type Bugs struct {
 	ReuseIncarnation bool
 	// NoFenceAtResource makes the resource apply every write (S1's control).
 	NoFenceAtResource bool
+	// AnyKindAsState makes push/pull state open messages of any kind, as
+	// MergeRemoteState did before issue 19 (a claim or stable membership
+	// has no register: the node crashes). The adversary's replays send
+	// broadcasts as state.
+	AnyKindAsState bool
 	// ClaimIgnoresMark makes the strict authority grant the epoch after
 	// the claimant's seen token without comparing it with the mark (S4's
 	// control: the check holds by construction otherwise).

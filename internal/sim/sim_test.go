@@ -3,9 +3,12 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure/ownership"
 )
 
 var (
@@ -154,6 +157,7 @@ var controls = []control{
 	{"no_step_down", func(c *Config) { c.Knobs.NoStepDown = true }, "L4"},
 	{"half_is_quorum", func(c *Config) { c.Knobs.HalfIsQuorum = true }, "two quorums"},
 	{"forget_fenced_view", func(c *Config) { c.Knobs.ForgetFencedView = true }, "duel"},
+	{"any_kind_as_state", func(c *Config) { c.Bugs.AnyKindAsState = true }, "crash"},
 }
 
 // maxSchedules bounds how long a control may survive.
@@ -236,5 +240,53 @@ func TestHandlerOverlapCheckFires(t *testing.T) {
 	n.call(0, "Acquire", 12)
 	if v := s.Violations(); len(v) != 1 || !strings.Contains(v[0], "handler: Acquire of p0") {
 		t.Fatalf("an Acquire while the Release of 3 ticks ago runs: %v", v)
+	}
+}
+
+// Issue 19, defect 1: the simulator opened every message whatever channel
+// it came in on, as the shell's MergeRemoteState did, but handled every
+// kind, so it could not see that the shell crashed on a claim sent as
+// push/pull state. Its delegate now opens each channel's kinds only and
+// does what the shell does with a state (read its register), a panic in it
+// is a violation, and the adversary replays authentic messages late and on
+// the wrong channel. Replays change nothing a check can see, keyed or not;
+// with the shell's old open (any kind as state) the first broadcast
+// replayed as state crashes a node.
+func TestReplayedMessages(t *testing.T) {
+	for _, keys := range []bool{false, true} {
+		for _, bug := range []bool{false, true} {
+			cfg := DefaultConfig(7)
+			cfg.Keys = keys
+			cfg.Bugs.AnyKindAsState = bug
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Settle()
+			chans := map[ownership.GossipChannel]int{}
+			for _, m := range s.net.sniffed {
+				chans[m.ch]++
+			}
+			if chans[ownership.GossipBroadcast] == 0 || chans[ownership.GossipPushPull] == 0 {
+				t.Fatalf("keys %v: the adversary copied %v, want both channels", keys, chans)
+			}
+			for range 5 {
+				s.Replay()
+				s.Run(s.cfg.PushPull)
+			}
+			s.Settle()
+			v := s.Violations()
+			crashed := slices.ContainsFunc(v, func(v string) bool { return strings.Contains(v, "crash") })
+			switch {
+			case !bug && len(v) > 0:
+				t.Fatalf("keys %v: replays caused %v", keys, v)
+			case !bug:
+				if ok, why := s.Converged(); !ok {
+					t.Fatalf("keys %v: not converged after the replays: %s", keys, why)
+				}
+			case bug && !crashed:
+				t.Fatalf("keys %v: with any kind as state, replays gave %v, want a crash", keys, v)
+			}
+		}
 	}
 }
