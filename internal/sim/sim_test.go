@@ -154,6 +154,7 @@ var controls = []control{
 	{"no_step_down", func(c *Config) { c.Knobs.NoStepDown = true }, "L4"},
 	{"half_is_quorum", func(c *Config) { c.Knobs.HalfIsQuorum = true }, "two quorums"},
 	{"forget_fenced_view", func(c *Config) { c.Knobs.ForgetFencedView = true }, "duel"},
+	{"graceful_by_flag", func(c *Config) { c.Bugs.GracefulByFlag = true }, "two quorums"},
 }
 
 // maxSchedules bounds how long a control may survive.
