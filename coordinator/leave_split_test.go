@@ -74,7 +74,7 @@ func TestLeaveDuringSplitGivesOnlyOneSideAQuorum(t *testing.T) {
 	tc.remove("v2")
 	waitFor(ctx, t, "v3 and v4 to see v2 leaving", func() bool {
 		for _, n := range far {
-			if t := n.c.Table(); t == nil || t.Has("v2") || !slices.Contains(memberNames(n), "v2") {
+			if tab := n.c.Table(); tab == nil || tab.Has("v2") || !slices.Contains(memberNames(n), "v2") {
 				return false
 			}
 		}
