@@ -185,6 +185,7 @@ type Config struct {
 	// (an isolated node detects the others' absence later than they detect
 	// its own): while nodes disagree on who is gone, both sides of a split
 	// can count a quorum for a moment. Safety does not depend on it.
+	// Validate refuses a Grace that does not exceed StepDown.
 	// Default: LAN 10s, WAN 30s, local 2.5s.
 	Grace time.Duration
 	// StepDown is how long a node that can't see a quorum of the stable
@@ -415,6 +416,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.AcquireTimeout < 0 || c.ReleaseTimeout < 0 || c.RetryInterval < 0 || c.MaxRetryInterval < 0 ||
 		c.RejoinInterval < 0 || c.ReconnectTimeout < 0 || c.StableAfter < 0 || c.LeaveTimeout < 0:
 		return c, errors.New("coordinator: Config durations must not be negative")
+	case c.Grace <= c.StepDown:
+		return c, fmt.Errorf("coordinator: Config.Grace %v must exceed StepDown %v", c.Grace, c.StepDown)
 	case c.MaxRetryInterval < c.RetryInterval:
 		return c, fmt.Errorf("coordinator: Config.MaxRetryInterval %v is below RetryInterval %v", c.MaxRetryInterval, c.RetryInterval)
 	case c.MinQuorum < 0:

@@ -439,7 +439,10 @@ func (c *Coordinator) Leaving() bool { return c.leaving.Load() }
 //  2. each handler drains (Release) and the release is published, so the
 //     next owner claims at once (L2: no rejected write);
 //  3. it waits until the new holders are heard (at most HandoffTimeout),
-//     says goodbye to the gossip and closes the coordinator.
+//     says goodbye (in its gossip metadata, then to memberlist) and
+//     closes the coordinator. A member that hears the goodbye drops this
+//     node from its stable membership at once; one that misses it (a
+//     split) counts the departure as a crash.
 //
 // After Leave, Owner, OwnerOfPartition, Table and Members keep answering
 // from the last view, so a leaving server can forward the calls still in
@@ -492,6 +495,15 @@ func (c *Coordinator) Leave(ctx context.Context) error {
 func (c *Coordinator) leave(ctx context.Context) error {
 	err := c.handOff(ctx)
 	if err == nil || !errors.Is(err, ErrClosed) {
+		// The goodbye, before memberlist's: a member that hears it counts
+		// this node's drop as a graceful leave. pushMeta waits until
+		// memberlist has sent it (at most LeaveTimeout); one that misses
+		// it counts the drop as a crash.
+		if gerr := c.updateMeta(func(m *meta) { m.Gone = true }); gerr == nil {
+			if perr := c.pushMeta(); perr != nil {
+				c.log.Debug("leave: goodbye", "err", perr)
+			}
+		}
 		if lerr := c.ml.Leave(c.cfg.LeaveTimeout); lerr != nil && err == nil {
 			c.log.Warn("leave broadcast", "err", lerr)
 		}

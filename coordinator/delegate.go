@@ -93,13 +93,17 @@ func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 	d.changed()
 }
 
-// NotifyLeave: a member left gracefully when its last metadata announced a Leave.
-// memberlist's own record of it (StateLeft, for a member that said
-// goodbye) is not in the Node it passes here: v0.7.0 keeps the state in a
-// field of its own and leaves Node.State at its zero value, StateAlive.
+// NotifyLeave: a member left gracefully when this node heard its goodbye
+// (its last metadata, authentic, says Gone) before it went. One whose last
+// metadata said only Leaving may have been cut off by a split before its
+// goodbye: its drop counts as a crash, or both sides of the split would
+// shrink their stable membership and count a quorum (issue 19, defect 4).
+// memberlist's own record (StateLeft, for a member that said goodbye) is
+// not in the Node it passes here: v0.7.0 keeps the state in a field of its
+// own and leaves Node.State at its zero value, StateAlive.
 func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	md, err := decodeMeta(n.Meta, n.Name, d.c.cfg.TokenKeys)
-	d.c.nodes.del(n.Name, n.State == memberlist.StateLeft || err == nil && md.Leaving)
+	d.c.nodes.del(n.Name, err == nil && md.Gone)
 	d.changed()
 }
 

@@ -19,6 +19,10 @@ const metaPurpose = "node metadata"
 const (
 	metaLeaving = 1 << 0
 	metaMAC     = 1 << 1 // a MAC ends the metadata
+	// metaGone: the goodbye. A node of an older release refuses metadata
+	// with this flag as malformed and so counts the leaver's drop as a
+	// crash: safe.
+	metaGone = 1 << 2
 )
 
 // maxMeta is memberlist's limit on node metadata.
@@ -39,10 +43,17 @@ type meta struct {
 	Stable ownership.StableID
 	// Leaving: the node is handing its partitions off; it places nothing.
 	Leaving bool
+	// Gone: the goodbye. The handoff is over and the node leaves the
+	// membership now. A member that heard it counts the node's drop as a
+	// graceful leave; one that saw only Leaving counts it as a crash, for
+	// a split may have cut it off from the leaver (issue 19, defect 4).
+	// memberlist orders metadata by its own incarnation: an older alive
+	// message heard later does not undo it.
+	Gone bool
 }
 
 // encode returns the metadata bytes of node name: a version byte, a flags
-// byte (bit 0: leaving; bit 1: a MAC follows), the incarnation, the stable
+// byte (bit 0: leaving; bit 1: a MAC follows; bit 2: gone), the incarnation, the stable
 // version and hash as uvarints, then three uvarint-length-prefixed
 // strings, and when keys is not nil a MAC under keys of the node's name
 // (uvarint-length-prefixed) followed by every byte before the MAC. The
@@ -54,6 +65,9 @@ func (m meta) encode(name string, keys *ownership.Keyring) ([]byte, error) {
 	var flags byte
 	if m.Leaving {
 		flags |= metaLeaving
+	}
+	if m.Gone {
+		flags |= metaGone
 	}
 	if keys != nil {
 		flags |= metaMAC
@@ -98,10 +112,10 @@ func decodeMeta(b []byte, name string, keys *ownership.Keyring) (meta, error) {
 	if b[0] != metaVersion {
 		return m, fmt.Errorf("%w: version %d, want %d", errBadMeta, b[0], metaVersion)
 	}
-	if len(b) < 2 || b[1]&^(metaLeaving|metaMAC) != 0 {
+	if len(b) < 2 || b[1]&^(metaLeaving|metaMAC|metaGone) != 0 {
 		return m, fmt.Errorf("%w: flags", errBadMeta)
 	}
-	m.Leaving = b[1]&metaLeaving != 0
+	m.Leaving, m.Gone = b[1]&metaLeaving != 0, b[1]&metaGone != 0
 	signed := b[1]&metaMAC != 0
 	all := b
 	if signed {

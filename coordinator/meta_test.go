@@ -23,6 +23,7 @@ func TestMetaRoundTrip(t *testing.T) {
 		{},
 		{Cluster: "c", RingVersion: "v1", Incarnation: 1<<64 - 1, ServiceAddr: "127.0.0.1:9000"},
 		{Cluster: "c", Stable: ownership.StableID{Version: 3, Hash: 1<<64 - 1}, Leaving: true},
+		{Cluster: "c", Leaving: true, Gone: true},
 	} {
 		for _, k := range []*ownership.Keyring{nil, keys} {
 			b, err := m.encode("n1", k)
@@ -38,7 +39,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	if _, err := (meta{ServiceAddr: strings.Repeat("x", 600)}).encode("n1", nil); err == nil {
 		t.Fatal("oversized metadata encoded")
 	}
-	for _, b := range [][]byte{nil, {2}, {1, 0, 0, 0, 0}, {3}, {3, 4, 0, 0, 0, 0, 0, 0}, {3, 0, 0, 0, 0, 5, 'a'}, {3, 0, 0, 0, 0, 0, 0, 0, 9}, {3, 2, 0, 0, 0, 0, 0, 0}} {
+	for _, b := range [][]byte{nil, {2}, {1, 0, 0, 0, 0}, {3}, {3, 8, 0, 0, 0, 0, 0, 0}, {3, 0, 0, 0, 0, 5, 'a'}, {3, 0, 0, 0, 0, 0, 0, 0, 9}, {3, 2, 0, 0, 0, 0, 0, 0}} {
 		if _, err := decodeMeta(b, "n1", nil); !errors.Is(err, errBadMeta) {
 			t.Fatalf("decodeMeta(%v) = %v, want errBadMeta", b, err)
 		}
@@ -91,6 +92,7 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add(signed)
 	f.Add([]byte{3, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{3, 2, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{3, 5, 0, 0, 0, 0, 0, 0}) // leaving and gone
 	f.Add([]byte{3, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, k := range []*ownership.Keyring{nil, keys} {

@@ -31,7 +31,7 @@ func TestCrashThenLeaveLastNodeKeepsQuorum(t *testing.T) {
 	defer cancel()
 	logs := newLogCapture()
 	// A crash needs no grace here: the node is gone.
-	tc := newTestCluster(t, func(c *Config) { c.Logger = slog.New(logs); c.Grace = c.StepDown })
+	tc := newTestCluster(t, func(c *Config) { c.Logger = slog.New(logs); c.Grace = c.StepDown + c.TickInterval })
 	tc.startNodes(ctx, "q", 3)
 	tc.remove("q2").c.Close() // a crash
 	tc.waitConverged(ctx)

@@ -50,7 +50,7 @@ func sqlCluster(t *testing.T) (*testCluster, *sqlfence.Fence, *countingAuthority
 	tc := newTestCluster(t, func(c *Config) {
 		c.Fence = f
 		c.Authority = auth
-		c.Grace = c.StepDown // crashes only: no grace needed
+		c.Grace = c.StepDown + c.TickInterval // crashes only: (almost) no grace needed
 	})
 	return tc, f, auth, db
 }

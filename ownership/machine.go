@@ -26,7 +26,10 @@ type View struct {
 	// Placement is the ring over the members that are not leaving. Nil
 	// while there is none (every member is leaving).
 	Placement Placement
-	// Left names members that left gracefully since the previous view.
+	// Left names members that left gracefully since the previous view:
+	// this node heard their goodbye, for their current life, before they
+	// went. A member that went without one (a crash, or a leaver whose
+	// goodbye a split cut off) is not in Left, even if it was Leaving.
 	Left []string
 }
 

@@ -23,11 +23,17 @@ import "slices"
 //     fresh members of both sides, and both sides may then count a quorum
 //     until the split heals (the fence keeps that safe, L5 keeps it from
 //     duelling; the simulator counts it);
-//   - leave: at once when a member leaves gracefully: it said goodbye, so it
-//     is not on the other side of a split. If the view held a quorum just
-//     before, the stable set becomes the view, which drops members that
-//     crashed earlier too: otherwise a crash followed by a graceful leave in
-//     a 3-node cluster would leave the last node counting the crashed one;
+//   - leave: at once when a member leaves gracefully: this node heard its
+//     goodbye (View.Left), so it was not on the other side of a split. If
+//     the view held a quorum just before, the stable set becomes that view
+//     minus the leaver, which drops members that crashed earlier too:
+//     otherwise a crash followed by a graceful leave in a 3-node cluster
+//     would leave the last node counting the crashed one. The view before,
+//     not the one after: members lost in the same change may be on the far
+//     side of a split that began as the leaver went. A member dropped
+//     without a goodbye heard is a crash, even one that said it was
+//     leaving: the far side of a split sees the leaver go too, and must
+//     not count it as gone for good (issue 19, defect 4);
 //   - promotion: when the view stayed unchanged for StableAfter and holds a
 //     quorum of the stable set. A minority cut off from the rest loses sight
 //     of the others one at a time; with StableAfter longer than that spread
@@ -93,7 +99,7 @@ type ViewMember struct {
 }
 
 // setView records a new view. left names members that left gracefully
-// since the last view. It reports whether the stable membership changed.
+// since the last view (their goodbye heard). It reports whether the stable membership changed.
 func (q *quorum) setView(now uint64, members []ViewMember, left []string) bool {
 	names := make([]string, 0, len(members))
 	reached := make([]string, 0, len(members))
@@ -126,7 +132,11 @@ func (q *quorum) setView(now uint64, members []ViewMember, left []string) bool {
 				continue
 			}
 			if wasOK && slices.Contains(prev, x) {
-				q.stable = NewStable(q.stable.Version+1, names)
+				// The view before the leave, not the one after it: a
+				// member lost in the same change of view may be on the
+				// far side of a split that began as x left.
+				rest := slices.DeleteFunc(slices.Clone(prev), func(m string) bool { return slices.Contains(left, m) })
+				q.stable = NewStable(q.stable.Version+1, rest)
 			} else {
 				q.stable = NewStable(q.stable.Version+1, slices.DeleteFunc(slices.Clone(q.stable.Members), func(m string) bool { return m == x }))
 			}

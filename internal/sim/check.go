@@ -42,6 +42,12 @@ type checker struct {
 	splitBrain  bool
 	SplitBrains int
 	twoQuorums  bool
+	// lineage holds the stable memberships that descend from the one the
+	// founder bootstrapped, each made by a node from one of them. A node
+	// that restarts cut off from every other forms a cluster of its own
+	// (the all-fresh rule): that one is not of the lineage.
+	lineage     map[ownership.StableID]bool
+	formed      bool // the cluster first converged
 	outdated    []bool
 	behindSince []uint64
 	compOf      []string // the component each node was last seen in
@@ -64,6 +70,7 @@ func newChecker(s *Sim) *checker {
 		lastEpoch:   make([]uint64, s.cfg.Partitions),
 		claims:      make(map[[2]int][]uint64),
 		compSince:   make(map[string]uint64),
+		lineage:     make(map[ownership.StableID]bool),
 		outdated:    make([]bool, s.cfg.Nodes),
 		behindSince: make([]uint64, s.cfg.Nodes),
 		compOf:      make([]string, s.cfg.Nodes),
@@ -71,6 +78,21 @@ func newChecker(s *Sim) *checker {
 		epochs:      make([]int, s.cfg.Partitions),
 		holders:     make([][]serveRec, s.cfg.Partitions),
 		pingPong:    make([]int, s.cfg.Partitions),
+	}
+}
+
+// adopted records that n replaced its stable membership with s. The
+// lineage starts with the founder's bootstrap; a node stays of it through
+// every change it makes or hears. A node that knew none joins it by
+// hearing one of it, except a version 1 heard after the cluster formed:
+// that is a new cluster, formed by nodes that restarted cut off from
+// the rest, whatever its members' names.
+func (c *checker) adopted(n *node, s ownership.Stable) {
+	if !n.stable.Known() {
+		n.rooted = n.founder || c.lineage[s.ID()] && (s.Version > 1 || !c.formed)
+	}
+	if n.rooted {
+		c.lineage[s.ID()] = true
 	}
 }
 
@@ -203,6 +225,7 @@ func (c *checker) step() {
 	w := uint64(s.cfg.DetectMax + s.cfg.JoinDelay + 2*s.cfg.GossipDelay + s.cfg.StepDown + 3)
 	seen := make(map[string]bool)
 	quorate := make(map[ownership.StableID]string) // stable ID -> a group counting a quorum of it
+	var quorateComps []string
 	serving := 0
 	for _, comp := range s.net.components() {
 		k := s.names(comp)
@@ -251,6 +274,12 @@ func (c *checker) step() {
 		}
 		if busy {
 			serving++
+			for _, i := range comp {
+				if n := s.nodes[i]; n.servesAny() && n.m.Quorum() && n.rooted {
+					quorateComps = append(quorateComps, k)
+					break
+				}
+			}
 			for id := range ids {
 				if other, ok := quorate[id]; ok && !c.twoQuorums {
 					c.twoQuorums = true
@@ -274,6 +303,14 @@ func (c *checker) step() {
 		if !seen[k] {
 			delete(c.compSince, k)
 		}
+	}
+	// Two groups that count a quorum of two different stable memberships,
+	// both of the cluster's lineage: one of them was made without a
+	// quorum of the membership it replaced (issue 19, defect 4: a leave
+	// during a split shrank both sides' sets).
+	if len(quorateComps) > 1 && !c.twoQuorums {
+		c.twoQuorums = true
+		c.fail("two quorums: %s both serve counting a quorum of stable memberships of one lineage", strings.Join(quorateComps, " and "))
 	}
 	if serving > 1 && !c.splitBrain {
 		c.SplitBrains++

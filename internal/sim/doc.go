@@ -6,7 +6,10 @@
 //
 // The model: per-node membership views that follow a connectivity matrix
 // with detection delays (one-way cuts, partitions, drops, delays, crashes,
-// restarts with new incarnations, pauses, clock skew, graceful leaves,
+// restarts with new incarnations, pauses, clock skew, graceful leaves
+// (the handoff, then a goodbye a member counts only if it heard it, then
+// memberlist's leave message; schedules overlap them with splits and
+// crashes),
 // the coordinator's reach check: a member i can't ping directly is
 // unreachable in i's view after ReachMin to ReachMax ticks),
 // gossip broadcasts and push/pull state exchanges carried as the real
@@ -23,7 +26,8 @@
 // it), S3 (no token is minted twice), S4 with the strict authority (epochs
 // dense and in order, one holder each); no lease granted to a node that has
 // sat in a minority of the live nodes for longer than detection and step
-// down; no claim storms; the handler contract (one Release for every
+// down; no two groups serving with a quorum of stable memberships of the
+// cluster's lineage at once; no claim storms; the handler contract (one Release for every
 // Acquire that succeeded, and a partition's calls never overlap unless one
 // overran its deadline). After every heal, within a bound: one owner per
 // partition, its ring owner, holding the resource's mark, agreed on by

@@ -18,9 +18,16 @@ type network struct {
 	drop float64
 	sees [][]bool
 	flip [][]uint64 // tick a pending change of sees[i][j] is due; 0 none
-	// left[i] names members that said goodbye to i since its last view.
-	left  [][]string
-	dirty []bool // node i's machine needs a new view
+	// left[i] names members i dropped since its last view after hearing
+	// their goodbye (the coordinator's View.Left).
+	left [][]string
+	// leavingHeard[i][j] and goneHeard[i][j]: the incarnation of j whose
+	// metadata i last heard say Leaving, and say Gone (the goodbye, sent
+	// once the handoff is done); 0 if none. A drop of j counts as a
+	// graceful leave only if i heard the goodbye of j's current life
+	// (Bugs.GracefulByFlag: if it heard Leaving).
+	leavingHeard, goneHeard [][]uint64
+	dirty                   []bool // node i's machine needs a new view
 	// blind[i][j]: i's failure detector wrongly holds j dead (asymmetric
 	// loss that defeats even indirect probes), so views disagree.
 	blind [][]bool
@@ -65,6 +72,8 @@ func newNetwork(s *Sim, n int) *network {
 		nw.uflip = append(nw.uflip, make([]uint64, n))
 		nw.usince = append(nw.usince, make([]uint64, n))
 		nw.uheld = append(nw.uheld, make([]bool, n))
+		nw.leavingHeard = append(nw.leavingHeard, make([]uint64, n))
+		nw.goneHeard = append(nw.goneHeard, make([]uint64, n))
 		for j := range n {
 			nw.link[i][j] = true
 		}
@@ -124,6 +133,9 @@ func (nw *network) step() {
 				nw.dirty[i] = true
 				if truth && i != j {
 					nw.join(i, j)
+				}
+				if !truth {
+					nw.dropped(i, j)
 				}
 			}
 		}
@@ -241,29 +253,57 @@ func (nw *network) viewPeek(i int) ([]int, []string) {
 // rebuild their views once the update has travelled.
 func (nw *network) metaChanged(n *node) {
 	s := nw.s
+	inc, leaving := n.self.Incarnation, n.leaving
 	for i := range s.nodes {
 		if i != n.idx && nw.sees[i][n.idx] && nw.link[n.idx][i] {
-			s.after(s.between(1, s.cfg.GossipDelay), func() { nw.dirty[i] = true })
+			s.after(s.between(1, s.cfg.GossipDelay), func() {
+				if leaving {
+					nw.leavingHeard[i][n.idx] = inc
+				}
+				nw.dirty[i] = true
+			})
 		}
 	}
 	nw.dirty[n.idx] = true
 }
 
-// departed removes a node that left gracefully from the views of those
-// that hear its goodbye; the others detect it gone.
+// departed ends a graceful leave as the coordinator does: the goodbye
+// (metadata saying Gone) goes to the members n can reach, then memberlist's
+// own leave message, which removes n from the views of those that still
+// hear it. A cut between the two loses the second: those members detect n
+// gone, and count it graceful because they heard the goodbye. Members that
+// missed the goodbye detect n gone, as a crash.
 func (nw *network) departed(n *node) {
 	s := nw.s
+	j, inc := n.idx, n.self.Incarnation
 	for i := range s.nodes {
-		if i == n.idx || !nw.sees[i][n.idx] || !nw.link[n.idx][i] {
+		if i == j || !nw.sees[i][j] || !nw.link[j][i] {
 			continue
 		}
 		s.after(s.between(1, s.cfg.GossipDelay), func() {
-			if nw.sees[i][n.idx] && !nw.answers(n.idx) {
-				nw.sees[i][n.idx] = false
-				nw.left[i] = append(nw.left[i], n.name)
-				nw.dirty[i] = true
+			nw.goneHeard[i][j] = inc
+			if !nw.link[j][i] {
+				return // cut before the leave message
 			}
+			s.after(s.between(0, s.cfg.GossipDelay), func() {
+				if nw.sees[i][j] && !nw.answers(j) {
+					nw.sees[i][j] = false
+					nw.flip[i][j] = 0
+					nw.dirty[i] = true
+					nw.dropped(i, j)
+				}
+			})
 		})
+	}
+}
+
+// dropped records that i's view lost j: a graceful leave if i heard the
+// goodbye of j's current life.
+func (nw *network) dropped(i, j int) {
+	s := nw.s
+	inc := s.nodes[j].self.Incarnation
+	if nw.goneHeard[i][j] == inc || s.cfg.Bugs.GracefulByFlag && nw.leavingHeard[i][j] == inc {
+		nw.left[i] = append(nw.left[i], s.nodes[j].name)
 	}
 }
 

@@ -29,7 +29,10 @@ type node struct {
 	auth     *ownership.GossipAuthority
 	stable   ownership.Stable
 	leaving  bool
-	skew     int // 0 normal, 1 fast (two ticks a tick), -1 slow (one every other)
+	leftAt   uint64 // tick the leave started
+	founder  bool   // this life bootstrapped the cluster
+	rooted   bool   // its stable membership is of the cluster's lineage (see checker.adopted)
+	skew     int    // 0 normal, 1 fast (two ticks a tick), -1 slow (one every other)
 	// servedTok is the lease callers may have, per partition (zero: none).
 	servedTok []ownership.Token
 	// acquired: tokens whose Acquire succeeded and whose Release has not
@@ -69,6 +72,7 @@ func (n *node) start(bootstrap bool) {
 	if s.cfg.Bugs.ReuseIncarnation && prev != 0 {
 		n.self.Incarnation = prev
 	}
+	n.founder, n.rooted = bootstrap, false
 	n.reg, _ = ownership.NewRegister(s.cfg.Partitions)
 	n.auth, _ = ownership.NewGossipAuthority(n.reg, s.keys)
 	n.stable = ownership.Stable{}
@@ -175,7 +179,7 @@ func (n *node) tick() {
 		n.m.Tick()
 		n.perform()
 	}
-	if n.leaving && n.m.Idle() {
+	if n.leaving && n.m.Idle() && (n.handedOff() || s.now-n.leftAt >= uint64(s.cfg.Handoff)) {
 		n.depart()
 		return
 	}
@@ -298,7 +302,9 @@ func (n *node) perform() {
 			n.reg.ObserveClaim(cl)
 			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: cl})
 		case ownership.ActStable:
+			s.chk.adopted(n, a.Stable)
 			n.stable = a.Stable
+			s.tracef("%s stable %v", n.name, a.Stable)
 			n.gossip(ownership.GossipMessage{Kind: ownership.GossipStable, Stable: a.Stable})
 			s.net.metaChanged(n)
 		case ownership.ActSync:
@@ -462,11 +468,23 @@ func (n *node) leave() {
 	if !n.running() || n.leaving {
 		return
 	}
-	n.leaving = true
+	n.leaving, n.leftAt = true, n.s.now
 	n.m.Leave()
 	n.perform()
 	n.s.net.metaChanged(n)
 	n.s.tracef("%s leaves", n.name)
+}
+
+// handedOff reports whether every partition the node released has a new
+// holder it heard of, as the coordinator's Leave waits for (at most
+// HandoffTimeout) before it says goodbye.
+func (n *node) handedOff() bool {
+	for p := range uint32(n.s.cfg.Partitions) {
+		if h := n.m.Holder(p); h.Released && h.Token.Owner == n.name {
+			return false
+		}
+	}
+	return true
 }
 
 // depart ends a graceful leave: the node is gone.

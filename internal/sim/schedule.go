@@ -76,6 +76,7 @@ func (s *Sim) Settle() int {
 		return int(s.now - start)
 	}
 	s.tracef("converged after %d ticks", took)
+	s.chk.formed = true
 	for p, e := range s.chk.epochs {
 		if d := e - before[p]; d > maxEpochsPerHeal {
 			s.chk.fail("duel: p%d took %d epochs to settle", p, d)
@@ -131,7 +132,7 @@ var faultKinds = []struct {
 }{
 	{"split", 6}, {"oneway", 3}, {"bridge", 2}, {"drops", 2}, {"crash", 4}, {"crash-restart", 4},
 	{"pause", 5}, {"skew", 2}, {"leave", 2}, {"outage", 2}, {"reset", 1}, {"forge", 2}, {"reshape", 2},
-	{"crash-minter", 2}, {"blind", 4}, {"replay", 2},
+	{"crash-minter", 2}, {"blind", 4}, {"replay", 2}, {"leave-split", 4}, {"leave-crash", 2},
 }
 
 func (s *Sim) drawFault() string {
@@ -235,6 +236,27 @@ func (s *Sim) apply(kind string, d int) {
 	case "leave":
 		if x := pick(); x.running() && 2*(downs()+1) < n {
 			s.Leave(x.idx)
+		}
+	case "leave-split":
+		// A split while a node hands off (issue 19, defect 4): one side
+		// hears its goodbye, the other only sees it go.
+		if x := pick(); x.running() && 2*(downs()+1) < n {
+			s.Leave(x.idx)
+			s.during(s.between(0, s.cfg.GossipDelay+2), func() {
+				a, b := s.randomSplit()
+				s.Split(a, b)
+			})
+		}
+	case "leave-crash":
+		// A crash while a node hands off, and the other way round.
+		x, y := pick(), pick()
+		if x != y && x.running() && y.up && 2*(downs()+2) < n {
+			first, then := func() { s.Leave(x.idx) }, func() { s.Crash(y.idx) }
+			if s.rng.IntN(2) == 0 {
+				first, then = then, first
+			}
+			first()
+			s.during(s.between(0, s.cfg.Handoff), then)
 		}
 	case "outage":
 		s.Outage(s.between(1, 40))

@@ -92,6 +92,8 @@ func command(sp **Sim, c script.Cmd) (string, error) {
 			switch b {
 			case "trustgossip":
 				cfg.Bugs.TrustGossip = true
+			case "gracefulbyflag":
+				cfg.Bugs.GracefulByFlag = true
 			default:
 				return "", fmt.Errorf("unknown bug %q", b)
 			}

@@ -62,6 +62,10 @@ type Bugs struct {
 	// the claimant's seen token without comparing it with the mark (S4's
 	// control: the check holds by construction otherwise).
 	ClaimIgnoresMark bool
+	// GracefulByFlag counts a member dropped while its metadata said
+	// Leaving as a graceful leave, goodbye heard or not (issue 19, defect
+	// 4: a leave during a split gave both sides a quorum).
+	GracefulByFlag bool
 }
 
 // DefaultConfig returns timings in the proportions of the local preset.

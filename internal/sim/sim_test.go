@@ -158,6 +158,7 @@ var controls = []control{
 	{"half_is_quorum", func(c *Config) { c.Knobs.HalfIsQuorum = true }, "two quorums"},
 	{"forget_fenced_view", func(c *Config) { c.Knobs.ForgetFencedView = true }, "duel"},
 	{"any_kind_as_state", func(c *Config) { c.Bugs.AnyKindAsState = true }, "crash"},
+	{"graceful_by_flag", func(c *Config) { c.Bugs.GracefulByFlag = true }, "two quorums"},
 }
 
 // maxSchedules bounds how long a control may survive.
