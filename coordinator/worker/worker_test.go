@@ -128,7 +128,9 @@ func TestLostLeaseCancelsTheBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-entered
-	if err := fake.Revoke(ctx, 5, errors.New("step-down")); err != nil {
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	if err := fake.Revoke(rctx, 5, errors.New("step-down")); err != nil {
 		t.Fatalf("Revoke: %v", err)
 	}
 	if errs := st.of(5); len(errs) != 1 || !errors.Is(errs[0], ownership.ErrLeaseEnded) {
