@@ -191,12 +191,16 @@ func TestBindBeforeAcquire(t *testing.T) {
 	var mu sync.Mutex
 	bound := map[string]*coordinator.Coordinator{}
 	unbound := 0 // Acquire calls that found no coordinator bound
+	started := 0 // Bind calls on a coordinator already started
 	cl := start(t, ctx, tenuretest.Config{
 		Nodes: 2,
 		Bind: func(name string, c *coordinator.Coordinator) {
 			mu.Lock()
 			defer mu.Unlock()
 			bound[name] = c
+			if c.GossipAddr() != "" {
+				started++
+			}
 		},
 		Handler: func(name string) coordinator.Handler {
 			return coordinator.HandlerFuncs{AcquireFunc: func(context.Context, *ownership.Lease) error {
@@ -223,6 +227,9 @@ func TestBindBeforeAcquire(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if started != 0 {
+		t.Errorf("%d Bind calls after Start", started)
+	}
 	if unbound != 0 {
 		t.Errorf("%d Acquire calls before Bind", unbound)
 	}

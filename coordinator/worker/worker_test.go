@@ -68,6 +68,7 @@ func (s *stops) of(p uint32) []error {
 func TestReleaseDrainsTheBatchInHand(t *testing.T) {
 	ctx := testContext(t)
 	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	var openGate sync.Once
 	var calls, cancelled atomic.Int32
 	var st stops
 	_, fake := newRuntime(t, worker.Config{
@@ -82,6 +83,7 @@ func TestReleaseDrainsTheBatchInHand(t *testing.T) {
 			return 1, nil
 		},
 	})
+	t.Cleanup(func() { openGate.Do(func() { close(gate) }) }) // before the runtime's Close
 	if _, err := fake.Grant(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +98,7 @@ func TestReleaseDrainsTheBatchInHand(t *testing.T) {
 		t.Fatalf("Move returned (%v) while the batch in hand was running", err)
 	default:
 	}
-	close(gate)
+	openGate.Do(func() { close(gate) })
 	if err := <-moved; err != nil {
 		t.Fatalf("Move: %v", err)
 	}
@@ -180,7 +182,7 @@ func TestStaleCommitReportedAndStops(t *testing.T) {
 	}
 	tenuretest.WaitFor(ctx, t, "the worker to stop", func() bool { return len(st.of(1)) == 1 })
 	if rep.count() != 1 {
-		t.Errorf("ReportStale called %d times, want 1", rep.count())
+		t.Fatalf("ReportStale called %d times, want 1", rep.count())
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("Process called %d times after a stale commit, want 1", n)
@@ -199,7 +201,9 @@ func TestStaleCommitReportedAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenuretest.WaitFor(ctx, t, "the unbound runtime to end the lease", func() bool { return l.Err() != nil })
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	tenuretest.WaitFor(wctx, t, "the unbound runtime to end the lease", func() bool { return l.Err() != nil })
 	if !errors.Is(l.Err(), ownership.ErrStaleToken) || !errors.Is(l.Err(), ownership.ErrLeaseEnded) {
 		t.Errorf("lease ended with %v, want the stale token error", l.Err())
 	}
@@ -314,10 +318,7 @@ func TestMaxConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tenuretest.WaitFor(ctx, t, "two batches in progress", func() bool { return inflight.Load() == 2 })
-	if n := calls.Load(); n != 2 {
-		t.Fatalf("%d batches started with 6 partitions and MaxConcurrent 2", n)
-	}
+	tenuretest.WaitFor(ctx, t, "two batches in progress", func() bool { return inflight.Load() >= 2 })
 	close(gate)
 	tenuretest.WaitFor(ctx, t, "many batches", func() bool { return calls.Load() >= 200 })
 	if p := peak.Load(); p != 2 {
