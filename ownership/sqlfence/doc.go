@@ -70,9 +70,9 @@
 //     ownership.ErrOutcomeUnknown: the write may have committed. Fence
 //     again and re-read before relying on it; retry it only if the
 //     database deduplicates it (Requests, or Offsets for a consumer's
-//     batches). A session the server ended (idle_in_transaction_session_
-//     timeout, pg_terminate_backend, a restart) before the commit is
-//     neither: fn's next statement fails with the driver's error (pgx:
+//     batches). A session the server ended before the commit
+//     (idle_in_transaction_session_timeout, pg_terminate_backend, a
+//     restart) is neither: fn's next statement fails with the driver's error (pgx:
 //     "FATAL: terminating connection due to idle-in-transaction timeout
 //     (SQLSTATE 25P03)"), Do returns it as fn's, and nothing committed:
 //     the server rolled the transaction back and released its locks. The
