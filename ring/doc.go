@@ -21,6 +21,8 @@
 // testdata/partition_vectors.txt lists test vectors (the empty key, binary
 // keys, every XXH64 length class, a 4096-byte key, several partition
 // counts); TestPartitionVectors checks this package against them.
+// Partition and PartitionString compute it without a Table, for a
+// producer that is not a member.
 //
 // # Caller's duties, in order
 //

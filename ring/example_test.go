@@ -74,3 +74,13 @@ func ExampleHolder() {
 	// before any table: ""
 	// after: node-b
 }
+
+// A producer that is not a member partitions its keys with the cluster's
+// partition count.
+func ExamplePartition() {
+	fmt.Println(ring.PartitionString("user:42", 271))
+	fmt.Println(ring.Partition([]byte("user:42"), 271))
+	// Output:
+	// 195
+	// 195
+}

@@ -259,7 +259,7 @@ func (t *Table) Partition(key []byte) uint32 {
 	if t == nil {
 		return 0
 	}
-	return uint32(xxhash.Sum64(key) % t.nparts)
+	return reduce(xxhash.Sum64(key), t.nparts)
 }
 
 // PartitionString is Partition for a string key. It does not allocate.
@@ -267,7 +267,7 @@ func (t *Table) PartitionString(key string) uint32 {
 	if t == nil {
 		return 0
 	}
-	return uint32(xxhash.Sum64String(key) % t.nparts)
+	return reduce(xxhash.Sum64String(key), t.nparts)
 }
 
 // Owner returns the member that owns partition, or "" if partition is out of
@@ -285,8 +285,8 @@ func (t *Table) Lookup(key []byte) (partition uint32, owner string) {
 	if t == nil {
 		return 0, ""
 	}
-	p := xxhash.Sum64(key) % t.nparts
-	return uint32(p), t.owners[p]
+	p := reduce(xxhash.Sum64(key), t.nparts)
+	return p, t.owners[p]
 }
 
 // LookupString is Lookup for a string key. It does not lock or allocate.
@@ -294,8 +294,8 @@ func (t *Table) LookupString(key string) (partition uint32, owner string) {
 	if t == nil {
 		return 0, ""
 	}
-	p := xxhash.Sum64String(key) % t.nparts
-	return uint32(p), t.owners[p]
+	p := reduce(xxhash.Sum64String(key), t.nparts)
+	return p, t.owners[p]
 }
 
 // Replicas returns min(n, number of members) distinct members for partition,

@@ -100,6 +100,12 @@ func checkVectors(t *testing.T, vs []vector) []string {
 		if ps := tb.PartitionString(string(v.key)); ps != p {
 			bad = append(bad, fmt.Sprintf("line %d: Partition = %d but PartitionString = %d", v.line, p, ps))
 		}
+		if sp := ring.Partition(v.key, v.partitions); sp != p {
+			bad = append(bad, fmt.Sprintf("line %d: Table.Partition = %d but Partition = %d", v.line, p, sp))
+		}
+		if sp := ring.PartitionString(string(v.key), v.partitions); sp != p {
+			bad = append(bad, fmt.Sprintf("line %d: Table.Partition = %d but PartitionString = %d", v.line, p, sp))
+		}
 		if lp, _ := tb.Lookup(v.key); lp != p {
 			bad = append(bad, fmt.Sprintf("line %d: Partition = %d but Lookup = %d", v.line, p, lp))
 		}
@@ -154,5 +160,17 @@ func TestPartitionVectorsNegativeControl(t *testing.T) {
 	bad := checkVectors(t, wrong)
 	if len(bad) != 2 || !strings.Contains(bad[0], fmt.Sprintf("line %d:", vs[2].line)) || !strings.Contains(bad[1], fmt.Sprintf("line %d:", vs[5].line)) {
 		t.Errorf("the check of two wrong vectors reported %q", bad)
+	}
+}
+
+// An invalid partition count gives partition 0, not a panic.
+func TestPartitionInvalidCount(t *testing.T) {
+	for _, n := range []int{0, -1} {
+		if p := ring.Partition([]byte("k"), n); p != 0 {
+			t.Errorf("Partition at %d partitions = %d, want 0", n, p)
+		}
+		if p := ring.PartitionString("k", n); p != 0 {
+			t.Errorf("PartitionString at %d partitions = %d, want 0", n, p)
+		}
 	}
 }

@@ -26,6 +26,12 @@ type Config struct {
 	// again when Restart starts the node anew. Default: a handler that
 	// does nothing.
 	Handler func(name string) coordinator.Handler
+	// Bind, when set, is called with each node's coordinator after it is
+	// built and before it starts (so before its Handler's first call), on
+	// every Start and Restart: a handler that reports to its own
+	// coordinator (ReportStale, Resign) takes it here, as
+	// coordinator/worker's Runtime.Bind does.
+	Bind func(name string, c *coordinator.Coordinator)
 	// Fence is every node's Config.Fence. Default: one memory fence the
 	// nodes share (Cluster.Fence).
 	Fence ownership.Fence
@@ -140,6 +146,9 @@ func (cl *Cluster) start(ctx context.Context, name string) error {
 		_ = tr.Shutdown()
 		clock.close()
 		return err
+	}
+	if cl.cfg.Bind != nil {
+		cl.cfg.Bind(name, c)
 	}
 	if err := c.Start(ctx); err != nil {
 		_ = tr.Shutdown()
@@ -284,11 +293,20 @@ func (cl *Cluster) Heal() {
 	}
 }
 
-// Pause freezes name as a stopped process would look from outside and
-// from inside: no gossip reaches it or leaves it, and its clock stops, so
-// its timers (step-down among them) don't fire and it goes on believing
-// in its leases. The others fail its partitions over; when Resume lets it
-// go on, its writes under the old leases meet the fence.
+// Pause freezes name's coordinator as a stopped process's would look from
+// outside and from inside: no gossip reaches it or leaves it, and its
+// clock's tickers stop, so its timers (step-down among them) don't fire
+// and it goes on believing in its leases. The others fail its partitions
+// over; when Resume lets it go on, its writes under the old leases meet
+// the fence.
+//
+// It freezes only that: the node's gossip and the coordinator's clock.
+// The Handler's own goroutines keep running, and its connections to a
+// resource (a database) stay open: a handler keeps writing under its old
+// leases while paused, and those writes meet the fence as soon as a new
+// owner fenced the partition. To freeze the handler too, block it from the
+// test (for example in its write path), or run the node in a process of
+// its own and stop it (SIGSTOP).
 func (cl *Cluster) Pause(name string) error {
 	n, err := cl.get(name)
 	if err != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/ownership"
 )
@@ -178,5 +180,62 @@ func TestWaitFor(t *testing.T) {
 	tenuretest.WaitFor(short, r, "nothing", func() bool { return false })
 	if want := "waiting for nothing: context deadline exceeded"; r.fatal != want {
 		t.Fatalf("failed with %q, want %q", r.fatal, want)
+	}
+}
+
+// Bind hands each node's handler its own coordinator before the first
+// Acquire, on Start and on Restart: a handler can report to it.
+func TestBindBeforeAcquire(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	bound := map[string]*coordinator.Coordinator{}
+	unbound := 0 // Acquire calls that found no coordinator bound
+	started := 0 // Bind calls on a coordinator already started
+	cl := start(t, ctx, tenuretest.Config{
+		Nodes: 2,
+		Bind: func(name string, c *coordinator.Coordinator) {
+			mu.Lock()
+			defer mu.Unlock()
+			bound[name] = c
+			if c.GossipAddr() != "" {
+				started++
+			}
+		},
+		Handler: func(name string) coordinator.Handler {
+			return coordinator.HandlerFuncs{AcquireFunc: func(context.Context, *ownership.Lease) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if bound[name] == nil {
+					unbound++
+				}
+				return nil
+			}}
+		},
+	})
+	if err := cl.Crash("node-1"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	bound["node-1"] = nil
+	mu.Unlock()
+	if err := cl.Restart(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitConverged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if started != 0 {
+		t.Errorf("%d Bind calls after Start", started)
+	}
+	if unbound != 0 {
+		t.Errorf("%d Acquire calls before Bind", unbound)
+	}
+	for _, name := range []string{"node-0", "node-1"} {
+		if bound[name] != cl.Node(name) {
+			t.Errorf("%s: Bind got %p, the node is %p", name, bound[name], cl.Node(name))
+		}
 	}
 }

@@ -3,9 +3,11 @@
 // one node, and no event's effect applied twice".
 //
 // The log is a table of events, each in the partition of its key (the
-// ring's Table.PartitionString). Every consumer process runs a Node: an
-// embedded coordinator.Coordinator whose handler starts a goroutine for
-// each partition the node is granted. The goroutine reads a batch of
+// ring.PartitionString). Every consumer process runs a Node: an embedded
+// coordinator.Coordinator whose handler is a coordinator/worker Runtime,
+// which runs a worker for each partition the node is granted (started
+// after the fence, drained on a planned release, stopped on a lost lease
+// or a stale commit). The worker reads a batch of
 // events from the partition's committed offset, applies them to the
 // outputs, and commits the outputs and the new offset in one fenced
 // transaction (sqlfence, Exact mode) under the lease's token.

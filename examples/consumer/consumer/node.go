@@ -5,11 +5,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/coordinator/worker"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -77,16 +77,16 @@ type Stats struct {
 	Rejected int64 // commits the fence rejected (stale token)
 }
 
-// Node is one consumer process: an embedded coordinator, and one goroutine
-// per partition the coordinator grants it, which consumes the partition's
-// events from the committed offset and commits its outputs and offset
-// with fenced writes.
+// Node is one consumer process: an embedded coordinator whose Handler is
+// a worker.Runtime, which runs one worker per partition the node is
+// granted; each consumes the partition's events from the committed
+// offset and commits its outputs and offset with fenced writes.
 //
 // Its methods are safe for concurrent use.
 type Node struct {
 	store *Store
 	opts  Options
-	log   *slog.Logger
+	rt    *worker.Runtime
 	c     *coordinator.Coordinator
 
 	// ctx bounds the commits and ends at Close. Commits do not use the
@@ -95,19 +95,7 @@ type Node struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	closed  bool
-	workers map[*ownership.Lease]*worker
-	wg      sync.WaitGroup
-
 	batches, events, rejected atomic.Int64
-}
-
-// worker is the goroutine consuming one lease's partition.
-type worker struct {
-	stop     chan struct{} // closed by Release: finish the batch in hand and return
-	stopOnce sync.Once
-	done     chan struct{} // closed when the goroutine has returned
 }
 
 // NewNode returns a node consuming store's partitions. cfg is the
@@ -117,14 +105,24 @@ type worker struct {
 // offset). Call Start.
 func NewNode(store *Store, cfg coordinator.Config, opts Options) (*Node, error) {
 	opts = opts.withDefaults()
-	n := &Node{store: store, opts: opts, log: opts.Logger.With("node", cfg.Name), workers: map[*ownership.Lease]*worker{}}
-	cfg.Handler = coordinator.HandlerFuncs{AcquireFunc: n.acquire, ReleaseFunc: n.release}
+	n := &Node{store: store, opts: opts}
+	rt, err := worker.New(worker.Config{
+		Process:         n.process,
+		PollInterval:    opts.PollInterval,
+		MaxPollInterval: opts.MaxPollInterval,
+		Logger:          opts.Logger.With("node", cfg.Name),
+	})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Handler = rt
 	cfg.Fence = store.Fence()
 	c, err := coordinator.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	n.c = c
+	rt.Bind(c)
+	n.rt, n.c = rt, c
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	return n, nil
 }
@@ -155,11 +153,8 @@ func (n *Node) Close() error {
 
 // stop cancels the commits still running and waits for every consumer.
 func (n *Node) stop() {
-	n.mu.Lock()
-	n.closed = true
-	n.mu.Unlock()
 	n.cancel()
-	n.wg.Wait()
+	n.rt.Close()
 }
 
 // Stats returns the node's counts so far.
@@ -167,146 +162,39 @@ func (n *Node) Stats() Stats {
 	return Stats{Batches: n.batches.Load(), Events: n.events.Load(), Rejected: n.rejected.Load()}
 }
 
-// acquire is Handler.Acquire: the coordinator has fenced the store with
-// the lease's token, so the committed offset is final until this lease
-// ends. Start consuming.
-func (n *Node) acquire(_ context.Context, lease *ownership.Lease) error {
-	w := &worker{stop: make(chan struct{}), done: make(chan struct{})}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return coordinator.ErrClosed
+// process is the worker's Func: read a batch from the committed offset,
+// commit its effect and the new offset in one fenced transaction. The
+// offset is read again for every batch, and checked again inside the
+// commit, so a commit whose outcome was unknown is never applied twice.
+// The runtime reports a stale commit to the coordinator and stops.
+func (n *Node) process(ctx context.Context, lease *ownership.Lease) (int, error) {
+	b, err := n.store.ReadBatch(ctx, lease.Token(), n.opts.BatchSize)
+	if err != nil || len(b.Events) == 0 {
+		return 0, err
 	}
-	n.workers[lease] = w
-	n.wg.Add(1)
-	go n.consume(lease, w)
-	return nil
-}
-
-// release is Handler.Release: let the consumer commit the batch in hand,
-// then return, so that the next owner starts from the offset it committed
-// and no commit is rejected (a graceful handoff).
-func (n *Node) release(ctx context.Context, lease *ownership.Lease) error {
-	n.mu.Lock()
-	w := n.workers[lease]
-	n.mu.Unlock()
-	if w == nil {
-		return nil // already stopped: the lease ended
-	}
-	w.stopOnce.Do(func() { close(w.stop) })
-	select {
-	case <-w.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// consume runs one partition for one lease: read a batch from the
-// committed offset, commit its effect and the new offset in one fenced
-// transaction, repeat, until the lease ends or Release asks to stop.
-func (n *Node) consume(lease *ownership.Lease, w *worker) {
-	defer func() {
-		n.mu.Lock()
-		delete(n.workers, lease)
-		n.mu.Unlock()
-		close(w.done)
-		n.wg.Done()
-	}()
-	log := n.log.With("partition", lease.Partition(), "epoch", lease.Token().Epoch)
-	var idle time.Duration // the last wait; 0 after a batch
-	wait := func() {
-		idle = n.nextWait(idle)
-		n.pause(lease, w, idle)
-	}
-	for n.running(lease, w) {
-		// Read with the lease's context: reading after the lease ended is
-		// useless. The offset is read again for every batch, and checked
-		// again inside the commit, so a commit whose outcome was unknown
-		// is never applied twice.
-		b, err := n.store.ReadBatch(lease.Context(), lease.Token(), n.opts.BatchSize)
-		if err != nil || len(b.Events) == 0 {
-			if err != nil && lease.Err() == nil {
-				log.Warn("read", "err", err)
-			}
-			wait()
-			continue
-		}
-		idle = 0
-		// The lease may end from here on without this goroutine noticing
-		// (a GC pause, a stopped process, a slow network): checking
-		// lease.Err() before committing would narrow that window, never
-		// close it. The fence closes it.
-		if n.opts.BeforeCommit != nil {
-			if err := n.opts.BeforeCommit(n.ctx, b); err != nil {
-				log.Info("batch dropped before its commit", "from", b.From, "events", len(b.Events), "err", err)
-				wait()
-				continue
-			}
-		}
-		err = n.store.Commit(n.ctx, b)
-		if n.opts.AfterCommit != nil {
-			n.opts.AfterCommit(b, err)
-		}
-		switch {
-		case err == nil:
-			n.batches.Add(1)
-			n.events.Add(int64(len(b.Events)))
-		case errors.Is(err, ownership.ErrStaleToken):
-			// A newer owner fenced the partition: this batch was not
-			// applied, and the newer owner consumes it from the committed
-			// offset. Tell the coordinator, which ends the lease at once,
-			// and stop.
-			n.rejected.Add(1)
-			log.Info("stale commit rejected", "from", b.From, "events", len(b.Events), "err", err)
-			n.c.ReportStale(err)
-			return
-		case errors.Is(err, ErrOffsetMoved):
-			// An earlier commit whose outcome was unknown did land: these
-			// events are applied; carry on from the committed offset.
-			log.Info("batch already committed", "from", b.From, "err", err)
-		default:
-			// Perhaps committed (ownership.ErrOutcomeUnknown): the next
-			// batch is read from the committed offset, and its commit
-			// checks that offset again.
-			log.Warn("commit", "from", b.From, "err", err)
-			wait()
+	// The lease may end from here on without this goroutine noticing (a
+	// GC pause, a stopped process, a slow network): checking lease.Err()
+	// before committing would narrow that window, never close it. The
+	// fence closes it.
+	if n.opts.BeforeCommit != nil {
+		if err := n.opts.BeforeCommit(n.ctx, b); err != nil {
+			return 0, err // dropped: read again after the back-off
 		}
 	}
-}
-
-// running reports whether the consumer should go on: false once the
-// lease has ended, Release asked it to stop, or the node is closing.
-func (n *Node) running(lease *ownership.Lease, w *worker) bool {
-	select {
-	case <-lease.Done():
-		return false
-	case <-w.stop:
-		return false
-	case <-n.ctx.Done():
-		return false
-	default:
-		return true
+	err = n.store.Commit(n.ctx, b)
+	if n.opts.AfterCommit != nil {
+		n.opts.AfterCommit(b, err)
 	}
-}
-
-// nextWait returns the wait after one of last (0: none yet): PollInterval,
-// then doubling up to MaxPollInterval.
-func (n *Node) nextWait(last time.Duration) time.Duration {
-	if last == 0 {
-		return n.opts.PollInterval
+	switch {
+	case err == nil:
+		n.batches.Add(1)
+		n.events.Add(int64(len(b.Events)))
+	case errors.Is(err, ownership.ErrStaleToken):
+		n.rejected.Add(1)
+	case errors.Is(err, ErrOffsetMoved):
+		// An earlier commit whose outcome was unknown did land: these
+		// events are applied; carry on from the committed offset.
+		return len(b.Events), nil
 	}
-	return min(2*last, n.opts.MaxPollInterval)
-}
-
-// pause waits d, or less if the consumer should stop.
-func (n *Node) pause(lease *ownership.Lease, w *worker, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-lease.Done():
-	case <-w.stop:
-	case <-n.ctx.Done():
-	}
+	return len(b.Events), err
 }

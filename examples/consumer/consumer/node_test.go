@@ -116,19 +116,13 @@ func TestNodeCommitHooks(t *testing.T) {
 	}
 }
 
-// An idle partition's wait doubles from PollInterval to MaxPollInterval,
-// with the documented defaults; a MaxPollInterval below PollInterval is
-// raised to it.
+// The documented defaults of the back-off the node gives its workers (the
+// doubling itself is coordinator/worker's, held by its TestIdleBackoff);
+// a MaxPollInterval below PollInterval is raised to it.
 func TestPollBackoff(t *testing.T) {
-	n := &Node{opts: Options{}.withDefaults()}
-	var got []time.Duration
-	for d := time.Duration(0); len(got) < 6; {
-		d = n.nextWait(d)
-		got = append(got, d)
-	}
-	want := []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond, 160 * time.Millisecond, 250 * time.Millisecond, 250 * time.Millisecond}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("waits %v, want %v", got, want)
+	o := Options{}.withDefaults()
+	if o.PollInterval != 20*time.Millisecond || o.MaxPollInterval != 250*time.Millisecond || o.BatchSize != 32 {
+		t.Errorf("defaults %+v, want PollInterval 20ms, MaxPollInterval 250ms, BatchSize 32", o)
 	}
 	if o := (Options{PollInterval: time.Second}).withDefaults(); o.MaxPollInterval != time.Second {
 		t.Errorf("MaxPollInterval %v with PollInterval 1s, want 1s", o.MaxPollInterval)
