@@ -194,8 +194,12 @@ type Config struct {
 	StepDown time.Duration
 	// HandoffTimeout is the longest a new owner waits for a live previous
 	// owner to release a partition before claiming it anyway (fencing the
-	// previous owner).
-	// Default: LAN 10s, WAN 30s, local 2s.
+	// previous owner). It is at least ReleaseTimeout + LeaveTimeout (New
+	// raises a shorter one): a leaving node announces its leave (taking
+	// up to LeaveTimeout) before it drains (taking up to ReleaseTimeout),
+	// and a new owner that gave up sooner would fence a drain still
+	// within its bound, rejecting the writes L2 promises to keep.
+	// Default: LAN 10s, WAN 30s, local 2.5s.
 	HandoffTimeout time.Duration
 	// AcquireTimeout and ReleaseTimeout bound Handler calls (and the fence
 	// and authority calls). Past ReleaseTimeout the lease ends even if
@@ -331,7 +335,7 @@ func LocalConfig() Config {
 	c.TickInterval = 20 * time.Millisecond
 	c.StepDown = 500 * time.Millisecond
 	c.Grace = 2500 * time.Millisecond
-	c.HandoffTimeout = 2 * time.Second
+	c.HandoffTimeout = 2500 * time.Millisecond
 	c.AcquireTimeout = 2 * time.Second
 	c.ReleaseTimeout = 2 * time.Second
 	c.RetryInterval = 100 * time.Millisecond
@@ -388,6 +392,8 @@ func (c Config) withDefaults() (Config, error) {
 	dur(&c.ReconnectTimeout, d.ReconnectTimeout)
 	dur(&c.StableAfter, d.StableAfter)
 	dur(&c.LeaveTimeout, d.LeaveTimeout)
+	// A new owner must not give up on a drain still within its bound.
+	c.HandoffTimeout = max(c.HandoffTimeout, c.ReleaseTimeout+c.LeaveTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

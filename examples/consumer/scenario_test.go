@@ -98,7 +98,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 // partitions commit their first batches, and SQLite takes one writer at a
 // time: under -race on two busy cores a commit has waited more than the
 // local preset's 2 s for the write lock (and a fence past its
-// AcquireTimeout), so these nodes get 10 s for both.
+// AcquireTimeout), so these nodes get 10 s for both; New raises
+// their HandoffTimeout to match, so the new owners wait for such a drain
+// instead of fencing it (TestLeaveWaitsForADrainWithinReleaseTimeout).
 func TestLeaveRejectsNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

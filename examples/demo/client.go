@@ -47,6 +47,7 @@ func (c *clientPath) window(set func(*clientPath)) {
 type clientFigures struct {
 	maxWaitAfterStop    time.Duration // longest answer after the SIGSTOP, calls entering elsewhere
 	failedDuringLeave   int
+	unknownDuringLeave  int // of failedDuringLeave, those whose outcome is unknown
 	outcomeUnknown, all int
 }
 
@@ -61,11 +62,15 @@ func (c *clientPath) figures() clientFigures {
 		if k.err == nil {
 			continue
 		}
-		if transport.IsOutcomeUnknown(k.err) {
+		unknown := transport.IsOutcomeUnknown(k.err)
+		if unknown {
 			f.outcomeUnknown++
 		}
 		if k.end.After(c.leaveAt) && k.start.Before(c.leftAt) {
 			f.failedDuringLeave++
+			if unknown {
+				f.unknownDuringLeave++
+			}
 		}
 	}
 	return f
@@ -85,8 +90,24 @@ func (f clientFigures) print(takeover time.Duration, duplicates int) {
 		f.maxWaitAfterStop.Seconds(), takeover.Seconds(), f.failedDuringLeave, duplicates, f.outcomeUnknown, f.all)
 	fmt.Printf("figure: client.max_wait_after_sigstop_seconds %.3f\n", f.maxWaitAfterStop.Seconds())
 	fmt.Printf("figure: client.failed_calls_during_leave %d\n", f.failedDuringLeave)
+	fmt.Printf("figure: client.outcome_unknown_during_leave %d\n", f.unknownDuringLeave)
 	fmt.Printf("figure: client.duplicate_commits %d\n", duplicates)
 	fmt.Printf("figure: client.outcome_unknown %d\n", f.outcomeUnknown)
+}
+
+// checks are the report's rows for what the writers saw. A graceful leave
+// must fail no call and leave no outcome unknown (L2): those rows fail the
+// run. A crash and a pause may leave outcomes unknown (the client can't
+// tell whether a write sent to a killed or stopped node landed), so the
+// whole run's count is shown, not judged; a write committed twice is a
+// failure wherever it happens.
+func (f clientFigures) checks(duplicates int) []check {
+	return []check{
+		{"calls failed during the graceful leave (L2)", fmt.Sprint(f.failedDuringLeave), f.failedDuringLeave == 0},
+		{"unknown outcomes during the graceful leave (L2)", fmt.Sprint(f.unknownDuringLeave), f.unknownDuringLeave == 0},
+		{"writes committed twice", fmt.Sprint(duplicates), duplicates == 0},
+		{"unknown outcomes in the whole run (the crash and the pause may leave some)", fmt.Sprintf("%d of %d writes", f.outcomeUnknown, f.all), true},
+	}
 }
 
 // duplicates counts this run's writes committed more than once, from the

@@ -445,12 +445,10 @@ func (d *demo) writeReport(history []op, stale []time.Duration, checks []check) 
 	d.story.mu.Lock()
 	marks, windows := slices.Clone(d.story.marks), slices.Clone(d.story.windows)
 	d.story.mu.Unlock()
-	r := &report{RunID: d.runID, Started: d.t0, Duration: time.Since(d.t0), OK: true, Checks: checks,
+	r := &report{RunID: d.runID, Started: d.t0, Duration: time.Since(d.t0), Checks: checks,
 		Setup:   fmt.Sprintf("%d nodes, %d partitions, %d writers x %d keys", d.cfg.nodes, d.cfg.partitions, d.cfg.writers, d.cfg.keys),
 		history: history, marks: marks, windows: windows, stale: stale}
-	for _, c := range checks {
-		r.OK = r.OK && c.OK
-	}
+	r.OK = allPassed(checks)
 	path := d.cfg.report
 	if path == "" {
 		path = filepath.Join(os.TempDir(), "tenure-demo-"+d.runID+"-report.html")

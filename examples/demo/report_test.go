@@ -167,6 +167,11 @@ func checkRunReport(t *testing.T, path string) {
 	if !after {
 		t.Errorf("no stale rejection marked after node-3 resumed at %.1f s: %v", resumed, v.Stale)
 	}
+	for _, row := range []string{"calls failed during the graceful leave (L2)", "unknown outcomes during the graceful leave (L2)"} {
+		if !slices.ContainsFunc(v.Checks, func(c string) bool { return strings.HasPrefix(c, row) }) {
+			t.Errorf("the report's checks %q have no row %q", v.Checks, row)
+		}
+	}
 	if !strings.Contains(v.Verdict, "Every check passed") {
 		t.Errorf("verdict %q, checks %q", v.Verdict, v.Checks)
 	}
