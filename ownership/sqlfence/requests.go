@@ -95,13 +95,14 @@ func (r *Requests) CreateSchema(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Once runs fn in tx, the transaction of a Fence.Do for partition p, unless
+// Once runs fn in tx, the transaction of a Fence.Do or DoConn (or a
+// Batcher's batch) for partition p, unless
 // p has a record of request id, and records fn's result under id. It
 // returns fn's result and dup false, or, for a duplicate, the result
 // recorded by the first write and dup true (fn does not run). An error from
 // fn is returned as it is and records nothing: the retry runs fn again.
 // An empty id runs fn and records nothing.
-func (r *Requests) Once(ctx context.Context, tx *sql.Tx, p uint32, id string, fn func() ([]byte, error)) (result []byte, dup bool, err error) {
+func (r *Requests) Once(ctx context.Context, tx Tx, p uint32, id string, fn func() ([]byte, error)) (result []byte, dup bool, err error) {
 	if id == "" {
 		result, err = fn()
 		return result, false, err
