@@ -15,6 +15,11 @@ import (
 // It wraps ownership.ErrLeaseEnded, so a router retries it elsewhere.
 var ErrBatcherClosed = fmt.Errorf("sqlfence: batcher closed: %w", ownership.ErrLeaseEnded)
 
+// ErrQueueFull is wrapped, with the context's error, by the error of a
+// write whose context ended while it waited for room in its partition's
+// full queue: nothing of it was applied.
+var ErrQueueFull = errors.New("sqlfence: batcher queue full")
+
 // BatchConfig configures a Batcher. The zero BatchConfig is valid.
 type BatchConfig struct {
 	// MaxWrites is the most writes one transaction carries (N). Default
@@ -24,8 +29,9 @@ type BatchConfig struct {
 	MaxWrites int
 	// MaxWait is how long the first write of a batch waits for more
 	// before the batch commits (T), unless the partition was idle: a
-	// write that finds no batch of its partition queued or committing
-	// commits at once. Default 200 µs.
+	// write that finds no write of its partition queued or committing,
+	// and no batch of it ended within MaxWait, commits at once. Default
+	// 200 µs.
 	MaxWait time.Duration
 	// QueueLen bounds each partition's queue of writes not yet sent: a
 	// write that finds it full waits for room (or for its context).
@@ -68,7 +74,8 @@ type BatchInfo struct {
 // one fenced transaction (Fence.DoConn) per batch, checking the token
 // once. A batch is sent when it holds MaxWrites writes or its first write
 // has waited MaxWait, whichever comes first, or at once when the partition
-// was idle, so a lone write pays no wait.
+// was idle (no write queued or committing, no batch ended within
+// MaxWait), so a lone write pays no wait.
 //
 // Each write gets its own outcome from Do:
 //
@@ -105,7 +112,8 @@ type queue struct {
 	calls   []*call       // in arrival order
 	running bool          // a flusher runs for the partition
 	busy    bool          // a batch is being committed
-	idle    bool          // a write found nothing queued or committing: send at once
+	ended   time.Time     // when the last batch ended
+	idle    bool          // a write found the partition idle: send at once
 	more    chan struct{} // a write was queued (capacity 1)
 	space   chan struct{} // closed when writes leave the queue
 }
@@ -165,8 +173,9 @@ func NewBatcher(f *Fence, cfg BatchConfig) (*Batcher, error) {
 // in the same one, does not run, and Do returns the recorded result and
 // dup true.
 //
-// If ctx ends while the write waits for room or in the queue, Do returns
-// ctx's error and nothing of it is applied; once its batch was sent, Do
+// If ctx ends while the write waits for room (its error wraps
+// ErrQueueFull too) or in the queue, Do returns ctx's error and nothing of
+// it is applied; once its batch was sent, Do
 // returns at once with an error wrapping ownership.ErrOutcomeUnknown.
 func (b *Batcher) Do(ctx context.Context, t ownership.Token, id string, fn func(ctx context.Context, tx Tx) ([]byte, error)) (result []byte, dup bool, err error) {
 	if err := b.f.checkCall(t, b.cfg.Mode, fn != nil); err != nil {
@@ -216,8 +225,8 @@ func (b *Batcher) enqueue(ctx context.Context, c *call) error {
 		}
 		if len(q.calls) < b.cfg.QueueLen {
 			c.at = time.Now()
-			if len(q.calls) == 0 && !q.busy {
-				q.idle = true
+			if !q.running {
+				q.idle = true // no batch queued, committing, or ended within MaxWait
 			}
 			q.calls = append(q.calls, c)
 			if !q.running {
@@ -238,7 +247,7 @@ func (b *Batcher) enqueue(ctx context.Context, c *call) error {
 		select {
 		case <-space:
 		case <-ctx.Done():
-			return fmt.Errorf("sqlfence: write under %v: queue of p%d full: %w", c.t, p, ctx.Err())
+			return fmt.Errorf("sqlfence: write under %v, p%d: %w: %w", c.t, p, ErrQueueFull, ctx.Err())
 		case <-b.done:
 			return ErrBatcherClosed
 		}
@@ -329,15 +338,24 @@ func (b *Batcher) flush(p uint32, q *queue) {
 	}()
 	for {
 		b.mu.Lock()
+		var wait time.Duration
 		if len(q.calls) == 0 {
-			q.running = false
-			delete(b.queues, p)
-			b.mu.Unlock()
-			return
+			// Linger for MaxWait after the last batch: a write that
+			// comes meanwhile is not alone, and waits for company.
+			wait = time.Until(q.ended.Add(b.cfg.MaxWait))
+			if wait <= 0 || b.closed {
+				q.running = false
+				delete(b.queues, p)
+				b.mu.Unlock()
+				return
+			}
 		}
-		n := b.sameToken(q.calls)
-		wait := time.Until(q.calls[0].at.Add(b.cfg.MaxWait))
-		if q.idle || n >= b.cfg.MaxWrites || n < len(q.calls) || wait <= 0 {
+		n := 0
+		if len(q.calls) > 0 {
+			n = b.sameToken(q.calls)
+			wait = time.Until(q.calls[0].at.Add(b.cfg.MaxWait))
+		}
+		if n > 0 && (q.idle || n >= b.cfg.MaxWrites || n < len(q.calls) || wait <= 0) {
 			batch := make([]*call, min(n, b.cfg.MaxWrites))
 			copy(batch, q.calls)
 			q.calls = append(q.calls[:0:0], q.calls[len(batch):]...)
@@ -424,7 +442,7 @@ func (b *Batcher) commit(p uint32, q *queue, batch []*call) {
 		b.cfg.Observe(info)
 	}
 	b.mu.Lock()
-	q.busy = false // before the callers learn: a write they send next finds the partition idle
+	q.busy, q.ended = false, time.Now() // before the callers learn
 	b.mu.Unlock()
 	for _, c := range batch {
 		close(c.done)

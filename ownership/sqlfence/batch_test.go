@@ -422,9 +422,10 @@ func TestBatcherRequestsExactlyOnce(t *testing.T) {
 }
 
 // A lone write to an idle partition commits at once, even with a MaxWait
-// of an hour; writes that find a batch committing wait for MaxWait (here:
-// until Close, which fails them with nothing applied), unless MaxWrites
-// of them are queued.
+// of an hour; writes that find a batch committing (or one ended within
+// MaxWait) wait for MaxWait (here: until Close, which fails them with
+// nothing applied), unless MaxWrites of them are queued. Each case has a
+// partition of its own: one that has just committed isn't idle.
 func TestBatcherWhenBatchesGo(t *testing.T) {
 	for _, be := range backends() {
 		t.Run(be.name, func(t *testing.T) {
@@ -432,11 +433,13 @@ func TestBatcherWhenBatchesGo(t *testing.T) {
 			ctx, cancel := testContext(t)
 			defer cancel()
 			r := newBatchRig(t, be, sqlfence.BatchConfig{MaxWait: time.Hour, MaxWrites: 3})
-			tk := tok(1, 1, "a", 1)
-			fenced(t, r.f, tk)
+			tk, tk3 := tok(1, 1, "a", 1), tok(3, 1, "a", 1)
+			for _, x := range []ownership.Token{tk, tok(2, 1, "a", 1), tk3} {
+				fenced(t, r.f, x)
+			}
 			lone, lcancel := context.WithTimeout(ctx, 10*time.Second)
 			defer lcancel()
-			if _, _, err := r.b.Do(lone, tk, "", r.insert(100)); err != nil {
+			if _, _, err := r.b.Do(lone, tok(2, 1, "a", 1), "", r.insert(100)); err != nil {
 				t.Fatalf("a lone write: %v; want it committed without waiting for MaxWait", err)
 			}
 			// MaxWrites queued: they go at once.
@@ -453,11 +456,11 @@ func TestBatcherWhenBatchesGo(t *testing.T) {
 				}
 			}
 			// Fewer: they wait.
-			release, first = r.hold(t, ctx, tk, 10)
+			release, first = r.hold(t, ctx, tk3, 10)
 			chs = chs[:0]
 			for i := range 2 {
-				chs = append(chs, r.async(ctx, tk, "", r.insert(11+i)))
-				r.queued(t, 1, i+1)
+				chs = append(chs, r.async(ctx, tk3, "", r.insert(11+i)))
+				r.queued(t, 3, i+1)
 			}
 			release()
 			if o := get(t, first); o.err != nil {
@@ -507,8 +510,8 @@ func TestBatcherPushesBackAndCancels(t *testing.T) {
 			r.queued(t, 1, 2)
 			short, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
 			defer scancel()
-			if _, _, err := r.b.Do(short, tk, "", r.insert(3)); !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("a write to a full queue: %v; want its context's error", err)
+			if _, _, err := r.b.Do(short, tk, "", r.insert(3)); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, sqlfence.ErrQueueFull) {
+				t.Fatalf("a write to a full queue: %v; want ErrQueueFull and its context's error", err)
 			}
 			leave()
 			if o := get(t, b); !errors.Is(o.err, context.Canceled) || errors.Is(o.err, ownership.ErrOutcomeUnknown) {
