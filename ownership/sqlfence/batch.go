@@ -50,8 +50,10 @@ type BatchConfig struct {
 	// back and the batch runs again without it: no statement more per
 	// write, but a failure costs a re-run of its batch, and a write's fn
 	// may run more than once (only its last run commits). On PostgreSQL a
-	// savepoint costs a round trip per write, which the re-run saves; see
-	// the package's TestFigures.
+	// savepoint costs a round trip per write, which the re-run saves: 2.3
+	// ms away, re-runs commit 1.3-1.5x the writes of savepoints, even with
+	// one write in 20 failing; on loopback the two are within the noise of
+	// this package's TestFigures, and savepoints win when writes often fail.
 	Savepoints bool
 	// Timeout bounds each batch's transaction. Default 30 s.
 	Timeout time.Duration

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 // whose batches it records.
 type batchRig struct {
 	db    *sql.DB
+	mysql bool // "?" parameters
 	f     *sqlfence.Fence
 	b     *sqlfence.Batcher
 	table string
@@ -36,7 +38,7 @@ func newBatchRigOn(t *testing.T, db *sql.DB, be backend, cfg sqlfence.BatchConfi
 	t.Helper()
 	ctx, cancel := testContext(t)
 	defer cancel()
-	r := &batchRig{db: db, f: newFence(t, db, be.dialect), table: uniqueName(t, db, "data")}
+	r := &batchRig{db: db, mysql: be.dialect.String() == "mysql", f: newFence(t, db, be.dialect), table: uniqueName(t, db, "data")}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE "`+r.table+`" (id BIGINT PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +59,17 @@ func newBatchRigOn(t *testing.T, db *sql.DB, be backend, cfg sqlfence.BatchConfi
 // insert is a write of row id.
 func (r *batchRig) insert(id int) func(context.Context, sqlfence.Tx) ([]byte, error) {
 	return func(ctx context.Context, tx sqlfence.Tx) ([]byte, error) {
-		_, err := tx.ExecContext(ctx, `INSERT INTO "`+r.table+`" (id) VALUES ($1)`, id)
+		_, err := tx.ExecContext(ctx, r.bind(`INSERT INTO "`+r.table+`" (id) VALUES ($1)`), id)
 		return []byte(fmt.Sprint(id)), err
 	}
+}
+
+// bind makes query's $1 a ? on MySQL.
+func (r *batchRig) bind(query string) string {
+	if r.mysql {
+		return strings.ReplaceAll(query, "$1", "?")
+	}
+	return query
 }
 
 // rows returns the ids in the data table, in order.
@@ -170,7 +180,7 @@ var isolations = []struct {
 // batcher groups them (a batch of more than one write, none above
 // MaxWrites), and the batches' writes add up to the writes.
 func TestBatcherAppliesEveryWrite(t *testing.T) {
-	for _, be := range backends() {
+	for _, be := range withMariaDB() {
 		for _, iso := range isolations {
 			t.Run(be.name+"/"+iso.name, func(t *testing.T) {
 				t.Parallel()
@@ -219,7 +229,7 @@ func TestBatcherAppliesEveryWrite(t *testing.T) {
 // leaves nothing; its neighbours in the same batch are applied. Without
 // savepoints the batch runs a second time without it.
 func TestBatcherWriteErrorFailsOnlyItself(t *testing.T) {
-	for _, be := range backends() {
+	for _, be := range withMariaDB() {
 		for _, iso := range isolations {
 			t.Run(be.name+"/"+iso.name, func(t *testing.T) {
 				t.Parallel()
@@ -273,7 +283,7 @@ func TestBatcherWriteErrorFailsOnlyItself(t *testing.T) {
 // write gets the stale-token error and none is applied. Writes under
 // another token queued between a batch's writes are not carried in it.
 func TestBatcherRefusesStaleBatches(t *testing.T) {
-	for _, be := range backends() {
+	for _, be := range withMariaDB() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := testContext(t)
@@ -374,7 +384,7 @@ func TestBatcherCommitErrorIsOutcomeUnknownForAll(t *testing.T) {
 // batch, even after a re-run, and one in a later batch get the first
 // write's result and don't run.
 func TestBatcherRequestsExactlyOnce(t *testing.T) {
-	for _, be := range backends() {
+	for _, be := range withMariaDB() {
 		for _, iso := range isolations {
 			t.Run(be.name+"/"+iso.name, func(t *testing.T) {
 				t.Parallel()
@@ -427,7 +437,7 @@ func TestBatcherRequestsExactlyOnce(t *testing.T) {
 // nothing applied), unless MaxWrites of them are queued. Each case has a
 // partition of its own: one that has just committed isn't idle.
 func TestBatcherWhenBatchesGo(t *testing.T) {
-	for _, be := range backends() {
+	for _, be := range withMariaDB() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := testContext(t)
@@ -494,7 +504,7 @@ func TestBatcherWhenBatchesGo(t *testing.T) {
 // writes of a lease with ErrLeaseEnded; a caller whose context ends while
 // its write is queued gets its context's error, and the write is not sent.
 func TestBatcherPushesBackAndCancels(t *testing.T) {
-	for _, be := range backends() {
+	for _, be := range withMariaDB() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := testContext(t)

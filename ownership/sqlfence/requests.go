@@ -73,6 +73,9 @@ func NewRequests(d Dialect, cfg RequestsConfig) (*Requests, error) {
 	if d.name == Postgres().name {
 		blob = "BYTEA"
 	}
+	if d.name == MySQL().name {
+		return mysqlRequests(t, cfg.Now), nil
+	}
 	return &Requests{
 		now: cfg.Now,
 		schema: `CREATE TABLE IF NOT EXISTS ` + t + ` (
