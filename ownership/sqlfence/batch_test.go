@@ -512,7 +512,9 @@ func TestBatcherPushesBackAndCancels(t *testing.T) {
 			r := newBatchRig(t, be, sqlfence.BatchConfig{QueueLen: 2, MaxWait: time.Hour})
 			tk := tok(1, 1, "a", 1)
 			fenced(t, r.f, tk)
-			release, first := r.hold(t, ctx, tk, 0)
+			hctx, hcancel := context.WithCancel(ctx)
+			release, first := r.hold(t, hctx, tk, 0)
+			hcancel()
 			a := r.async(ctx, tk, "", r.insert(1))
 			r.queued(t, 1, 1)
 			leaving, leave := context.WithCancel(ctx)
@@ -529,6 +531,8 @@ func TestBatcherPushesBackAndCancels(t *testing.T) {
 			}
 			r.queued(t, 1, 1)
 			r.b.Cancel(tk)
+			// The holder's caller left while its batch was committing: it
+			// still learns the batch's outcome (below: applied).
 			if o := get(t, a); !errors.Is(o.err, ownership.ErrLeaseEnded) {
 				t.Fatalf("a queued write of a cancelled lease: %v; want ErrLeaseEnded", o.err)
 			}
