@@ -94,9 +94,13 @@ type report struct {
 	landed  map[string]bool
 	aErr    map[string]error
 	why     map[string]string
+
+	// tenure_batched's batches: mean writes, 99th percentile of the
+	// longest queue wait in a batch (µs).
+	batchSize, batchWaitP99 float64
 }
 
-var guardNames = []string{"unguarded", "tenure", "advisory", "redsync", "etcd_mutex"}
+var guardNames = []string{"unguarded", "tenure", "advisory", "redsync", "etcd_mutex", "tenure_batched", "unguarded_batched"}
 
 // run measures every guard and prints the report to out. It fails if a
 // guard can't run, or if a stale write landed under tenure.
@@ -106,8 +110,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	rep.print(out, cfg)
-	if rep.landed["tenure"] {
-		return errors.New("a paused holder's stale write landed under tenure")
+	for _, g := range []string{"tenure", "tenure_batched"} {
+		if rep.landed[g] {
+			return fmt.Errorf("a paused holder's stale write landed under %s", g)
+		}
 	}
 	return nil
 }
@@ -232,7 +238,7 @@ func openPostgres(ctx context.Context, pc *pgx.ConnConfig, conns int, params map
 	return db, nil
 }
 
-// guards builds the five guards on db.
+// guards builds the guards on db, in guardNames order.
 func (e *env) guards(ctx context.Context, cfg config, db *sql.DB, expiry time.Duration) ([]guard, error) {
 	fence, err := sqlfence.New(db, sqlfence.Postgres(), sqlfence.Config{Table: "lockrace_fence_" + e.id, Concurrent: true})
 	if err != nil {
@@ -250,6 +256,31 @@ func (e *env) guards(ctx context.Context, cfg config, db *sql.DB, expiry time.Du
 		ropts = append(ropts, redsync.WithRetryDelay(d), redsync.WithTries(max(32, int(cfg.pauseBound/d))))
 	}
 	ttl := max(2, int(expiry/time.Second)) // etcd's shortest lease is about 2 s
+	// The batched tenure guard claims on a fence table of its own, so that
+	// its claims don't fence out the per-write guard's.
+	bfence, err := sqlfence.New(db, sqlfence.Postgres(), sqlfence.Config{Table: "lockrace_fenceb_" + e.id})
+	if err != nil {
+		return nil, err
+	}
+	if err := bfence.CreateSchema(ctx); err != nil {
+		return nil, err
+	}
+	parts := uint32(cfg.partitions)
+	tb, err := newBatchedGuard("tenure_batched", &tenureGuard{fence: bfence, partitions: parts, nodes: map[string]*tenureNode{}}, parts, db)
+	if err != nil {
+		return nil, err
+	}
+	ub, err := newBatchedGuard("unguarded_batched", nil, parts, db)
+	if err != nil {
+		tb.closeBatcher()
+		return nil, err
+	}
+	e.cleanup = append(e.cleanup, func(ctx context.Context) {
+		tb.closeBatcher()
+		ub.closeBatcher()
+		bfence.Close()
+		e.db.ExecContext(ctx, `DROP TABLE IF EXISTS lockrace_fenceb_`+e.id)
+	})
 	return []guard{
 		unguarded{db: db},
 		&tenureGuard{fence: fence, partitions: uint32(cfg.partitions), nodes: map[string]*tenureNode{}},
@@ -257,6 +288,7 @@ func (e *env) guards(ctx context.Context, cfg config, db *sql.DB, expiry time.Du
 		&redsyncGuard{db: db, rs: redsync.New(goredis.NewPool(e.rdb)), ns: "lockrace:" + e.id + ":",
 			opts: ropts},
 		&etcdMutex{db: db, cli: e.etcd, ttl: ttl, prefix: "lockrace/" + e.id + "/"},
+		tb, ub,
 	}, nil
 }
 
@@ -306,6 +338,11 @@ func measure(ctx context.Context, cfg config) (*report, error) {
 	defer e.close()
 	keys := cfg.keyNames()
 	rep := &report{results: map[string]result{}, landed: map[string]bool{}, aErr: map[string]error{}, why: map[string]string{}}
+	defer func() {
+		if b, ok := gs[len(gs)-2].(*batchedGuard); ok {
+			rep.batchSize, rep.batchWaitP99 = b.batchFigures()
+		}
+	}()
 	w := workload{clients: cfg.clients, keys: keys, hot: cfg.hot, hotShare: cfg.hotShare, duration: cfg.duration, seed: 1}
 	for round := range cfg.rounds {
 		for j := range gs {
@@ -356,6 +393,16 @@ func (r *report) print(out io.Writer, cfg config) {
 	tenure := r.results["tenure"].opsPerSecond()
 	fmt.Fprintf(out, "figure: %s.tenure.over_redsync %.2f\n", prefix, tenure/r.results["redsync"].opsPerSecond())
 	fmt.Fprintf(out, "figure: %s.tenure.over_etcd_mutex %.2f\n", prefix, tenure/r.results["etcd_mutex"].opsPerSecond())
+	tb := r.results["tenure_batched"]
+	fmt.Fprintf(out, "figure: %s.tenure_batched.over_redsync %.2f\n", prefix, tb.opsPerSecond()/r.results["redsync"].opsPerSecond())
+	fmt.Fprintf(out, "figure: %s.tenure_batched.over_unguarded_batched %.2f\n", prefix, tb.opsPerSecond()/r.results["unguarded_batched"].opsPerSecond())
+	fmt.Fprintf(out, "figure: %s.tenure_batched.p99_over_unguarded_p99 %.2f\n", prefix, tb.quantile(0.99)/r.results["unguarded"].quantile(0.99))
+	bprefix := "batch"
+	if cfg.delay > 0 {
+		bprefix = "batch_far"
+	}
+	fmt.Fprintf(out, "figure: %s.size_mean %.1f\n", bprefix, r.batchSize)
+	fmt.Fprintf(out, "figure: %s.wait_us_p99 %.0f\n", bprefix, r.batchWaitP99)
 
 	fmt.Fprintf(out, "\n%d clients, %d keys (%d hot, %.0f%% of writes), %v per guard x %d rounds; each write reads a counter and writes it plus one\n",
 		cfg.clients, cfg.keys, cfg.hot, 100*cfg.hotShare, cfg.duration, cfg.rounds)

@@ -46,7 +46,7 @@ func figures(t *testing.T, delay time.Duration) {
 	var out bytes.Buffer
 	rep.print(&out, cfg)
 	fmt.Print(out.String())
-	for name, want := range map[string]bool{"unguarded": true, "tenure": false, "advisory": false, "redsync": true, "etcd_mutex": true} {
+	for name, want := range map[string]bool{"unguarded": true, "tenure": false, "advisory": false, "redsync": true, "etcd_mutex": true, "tenure_batched": false, "unguarded_batched": true} {
 		if rep.landed[name] != want {
 			t.Errorf("%s: stale write landed = %v, want %v", name, rep.landed[name], want)
 		}
@@ -60,8 +60,13 @@ func figures(t *testing.T, delay time.Duration) {
 	if delay > 0 {
 		prefix = "locks_far"
 	}
-	if !strings.Contains(out.String(), "figure: "+prefix+".tenure.stale_writes_landed 0") {
-		t.Error("the report does not print tenure's stale writes")
+	for _, g := range []string{"tenure", "tenure_batched"} {
+		if !strings.Contains(out.String(), "figure: "+prefix+"."+g+".stale_writes_landed 0") {
+			t.Errorf("the report does not print %s's stale writes", g)
+		}
+	}
+	if rep.batchSize <= 1 {
+		t.Errorf("tenure_batched's batches carried %.2f writes on average; want more than one", rep.batchSize)
 	}
 }
 

@@ -66,9 +66,13 @@ func (a *Authority) Claim(ctx context.Context, p uint32, n ownership.Node, seen 
 		return ownership.Token{}, fmt.Errorf("sqlfence: claim of p%d: epoch %d is the last", p, seen.Epoch)
 	}
 	inc := incarnationText(n.Incarnation)
-	row := a.f.db.QueryRowContext(ctx, a.f.sql.claim, int64(p), n.Name, inc, int64(seen.Epoch))
 	var epoch int64
-	err := row.Scan(&epoch)
+	var err error
+	if a.f.d.upsertTwice {
+		epoch, err = a.claimCounted(ctx, p, n.Name, inc, seen)
+	} else {
+		err = a.f.db.QueryRowContext(ctx, a.f.sql.claim, int64(p), n.Name, inc, int64(seen.Epoch)).Scan(&epoch)
+	}
 	switch {
 	case err == nil:
 		if uint64(epoch) != seen.Epoch+1 {

@@ -226,4 +226,5 @@ func TestFigures(t *testing.T) {
 			t.Errorf("%s: DoConn throughput %.2fx unfenced, far below the 0.95 target", be.name, conn)
 		}
 	}
+	batchFigures(t)
 }

@@ -43,6 +43,9 @@ type Dialect struct {
 	// the token written as literals, and learns the outcome from the
 	// number of rows the last statement returned. Otherwise DoConn is Do.
 	oneTrip bool
+	// upsertTwice: an upsert that updates a row reports 2 rows affected
+	// (MySQL), one that inserts 1.
+	upsertTwice bool
 }
 
 // SQLite returns the dialect for SQLite, for example through the pure-Go
@@ -93,7 +96,7 @@ func Postgres() Dialect {
 	}
 }
 
-// String returns "sqlite" or "postgres".
+// String returns "sqlite", "postgres" or "mysql".
 func (d Dialect) String() string {
 	if d.name == "" {
 		return "invalid dialect"
@@ -117,6 +120,9 @@ type statements struct {
 }
 
 func (d Dialect) statements(table string) statements {
+	if d.name == "mysql" {
+		return mysqlStatements(table)
+	}
 	return statements{
 		table:   table,
 		collate: d.collate,

@@ -6,8 +6,9 @@
 //
 // It works over database/sql and imports no driver: the program imports
 // one and passes a *sql.DB with the matching Dialect, SQLite (for example
-// modernc.org/sqlite, driver "sqlite") or Postgres (for example
-// github.com/jackc/pgx/v5/stdlib, driver "pgx").
+// modernc.org/sqlite, driver "sqlite"), Postgres (for example
+// github.com/jackc/pgx/v5/stdlib, driver "pgx") or MySQL, for MySQL and
+// MariaDB (for example github.com/go-sql-driver/mysql, driver "mysql").
 //
 // # Schema
 //
@@ -128,6 +129,18 @@
 // offset by compare-and-set in one fenced transaction, so a batch whose
 // commit was in doubt, retried or read again, is applied once (the retry
 // fails with ErrOffsetMoved). coordinator/worker runs the consumers.
+//
+// # Batching
+//
+// The owner of a partition is its only writer, so it may commit many
+// callers' writes to it in one fenced transaction, checking the token
+// once: a Batcher queues the writes of each partition and commits them in
+// batches (at most MaxWrites, after at most MaxWait, at once when the
+// partition is idle), giving each caller its own outcome. A write's own
+// error fails that write only; a stale token refuses the whole batch; a
+// commit whose answer is lost leaves every write of the batch in doubt
+// (ownership.ErrOutcomeUnknown). Request ids (Requests) keep it
+// exactly-once, duplicates in one batch included.
 //
 // # Epochs
 //

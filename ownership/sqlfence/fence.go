@@ -388,7 +388,7 @@ func (f *Fence) raise(ctx context.Context, e execer, t ownership.Token) (bool, e
 		return false, err
 	}
 	n, err := res.RowsAffected()
-	return n == 1, err
+	return n == 1 || n == 2 && f.d.upsertTwice, err
 }
 
 // incarnationText is the stored form of an incarnation: fixed-width hex,

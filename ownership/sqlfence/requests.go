@@ -78,6 +78,9 @@ func NewRequests(d Dialect, cfg RequestsConfig) (*Requests, error) {
 	if d.name == Postgres().name {
 		blob = "BYTEA"
 	}
+	if d.name == MySQL().name {
+		return mysqlRequests(t, cfg.Now), nil
+	}
 	return &Requests{
 		now: cfg.Now,
 		schema: `CREATE TABLE IF NOT EXISTS ` + t + ` (
@@ -90,7 +93,7 @@ func NewRequests(d Dialect, cfg RequestsConfig) (*Requests, error) {
 		// and has not ended, and inserts nothing if the key is there.
 		claim:    `INSERT INTO ` + t + ` (partition_id, request_id, result, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (partition_id, request_id) DO NOTHING`,
 		lookup:   `SELECT result FROM ` + t + ` WHERE partition_id = $1 AND request_id = $2`,
-		record:   `UPDATE ` + t + ` SET result = $3 WHERE partition_id = $1 AND request_id = $2`,
+		record:   `UPDATE ` + t + ` SET result = $1 WHERE partition_id = $2 AND request_id = $3`,
 		withdraw: `DELETE FROM ` + t + ` WHERE partition_id = $1 AND request_id = $2`,
 		forget:   `DELETE FROM ` + t + ` WHERE created_ms < $1`,
 	}, nil
@@ -104,14 +107,15 @@ func (r *Requests) CreateSchema(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Once runs fn in tx, the transaction of a Fence.Do for partition p, unless
+// Once runs fn in tx, the transaction of a Fence.Do or DoConn (or a
+// Batcher's batch) for partition p, unless
 // p has a record of request id, and records fn's result under id. It
 // returns fn's result and dup false, or, for a duplicate, the result
 // recorded by the first write and dup true (fn does not run). A duplicate
 // of a write whose transaction is still open waits for it to end. An error
 // from fn is returned as it is and records nothing: the retry runs fn
 // again. An empty id runs fn and records nothing.
-func (r *Requests) Once(ctx context.Context, tx *sql.Tx, p uint32, id string, fn func() ([]byte, error)) (result []byte, dup bool, err error) {
+func (r *Requests) Once(ctx context.Context, tx Tx, p uint32, id string, fn func() ([]byte, error)) (result []byte, dup bool, err error) {
 	if id == "" {
 		result, err = fn()
 		return result, false, err
@@ -142,7 +146,7 @@ func (r *Requests) Once(ctx context.Context, tx *sql.Tx, p uint32, id string, fn
 	if len(result) == 0 {
 		return result, false, nil // the claim recorded it
 	}
-	if res, err = tx.ExecContext(ctx, r.record, int64(p), id, result); err == nil {
+	if res, err = tx.ExecContext(ctx, r.record, result, int64(p), id); err == nil {
 		n, err = res.RowsAffected()
 	}
 	if err == nil && n != 1 {

@@ -22,9 +22,11 @@
 //     client that sends a call straight to the owner sets the key in
 //     metadata "tenure-key-bin": the owner's guard serves it, or answers
 //     NOT_OWNER (see transport.ReasonNotOwner) without forwarding it.
-//   - The owner writes with sqlfence.Fence.Do and the lease's token: the
-//     upsert into kv and a record in kv_log commit together, and only while
-//     the token is the partition's mark. A paused or cut-off former owner's
+//   - The owner writes through a sqlfence.Batcher with the lease's token:
+//     the writes to a partition that arrive together commit in one fenced
+//     transaction (Stats.Batches, BatchedWrites), each write's upsert into
+//     kv and record in kv_log together, and only while the token is the
+//     partition's mark. A paused or cut-off former owner's
 //     write is refused (counted in Stats.StaleRejected), and the router
 //     retries it at the new owner.
 //   - On a handoff (a graceful Leave, a join) the old owner's release

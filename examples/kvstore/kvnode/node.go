@@ -47,6 +47,7 @@ type Node struct {
 	grpc   *grpc.Server
 	status *http.Server
 	reqs   *sqlfence.Requests // the request ids of the writes applied
+	batch  *sqlfence.Batcher  // commits each partition's writes in batches
 
 	grpcLis, statusLis   net.Listener
 	grpcAddr, statusAddr string
@@ -62,6 +63,7 @@ type Node struct {
 
 type counters struct {
 	putsApplied, duplicates, gets, staleRejected, forwarded atomic.Uint64
+	batches, batchedWrites                                  atomic.Uint64
 }
 
 // Stats are a node's counters since Start, as /kv/stats serves them.
@@ -79,6 +81,10 @@ type Stats struct {
 	// Forwarded counts clients' calls this node passed to another node,
 	// the key's owner as this node saw it.
 	Forwarded uint64 `json:"forwarded"`
+	// Batches counts the fenced transactions the owner's writes went in
+	// (sqlfence.Batcher), and BatchedWrites the writes they carried.
+	Batches       uint64 `json:"batches"`
+	BatchedWrites uint64 `json:"batched_writes"`
 }
 
 // Start opens the database, creates the tables if needed, starts the
@@ -109,6 +115,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if err = createSchema(ctx, n.db, d, n.fence, n.reqs); err != nil {
+		return nil, err
+	}
+	// The owner of a partition is its only writer: it commits the writes
+	// of many clients to the partition in one fenced transaction.
+	if n.batch, err = sqlfence.NewBatcher(n.fence, sqlfence.BatchConfig{Requests: n.reqs, Observe: func(i sqlfence.BatchInfo) {
+		n.stats.batches.Add(1)
+		n.stats.batchedWrites.Add(uint64(i.Writes))
+	}}); err != nil {
 		return nil, err
 	}
 
@@ -303,6 +317,9 @@ func (n *Node) stop(graceful bool) {
 	if n.health != nil {
 		n.health.Close()
 	}
+	if n.batch != nil {
+		n.batch.Close()
+	}
 	if n.fence != nil {
 		n.fence.Close()
 	}
@@ -332,5 +349,7 @@ func (n *Node) Stats() Stats {
 		Gets:          n.stats.gets.Load(),
 		StaleRejected: n.stats.staleRejected.Load(),
 		Forwarded:     n.stats.forwarded.Load(),
+		Batches:       n.stats.batches.Load(),
+		BatchedWrites: n.stats.batchedWrites.Load(),
 	}
 }

@@ -2,7 +2,6 @@ package kvnode
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
 	"github.com/tenure-go/tenure/transport"
 	"github.com/tenure-go/tenure/transport/routing"
 )
@@ -101,8 +101,10 @@ func (s kvServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetRespo
 }
 
 // put applies one write as the partition's owner: through the partition's
-// gate (so a release waits for it), in one fenced transaction that commits
-// only while the lease's token is the database's mark for the partition.
+// gate (so a release waits for it), in a fenced transaction that commits
+// only while the lease's token is the database's mark for the partition,
+// with the other writes to the partition queued beside it
+// (sqlfence.Batcher).
 // A write with a request id that the partition has applied already is
 // answered with the first write's response instead (sqlfence.Requests,
 // inside the same transaction).
@@ -118,17 +120,11 @@ func (n *Node) put(ctx context.Context, lease *ownership.Lease, id, key string, 
 		defer done()
 	}
 	resp := &kvpb.PutResponse{Partition: t.Partition, Epoch: t.Epoch, Owner: t.Owner}
-	var first []byte
-	var dup bool
-	err := n.fence.Do(ctx, t, ownership.Exact, func(tx *sql.Tx) error {
-		var err error
-		first, dup, err = n.reqs.Once(ctx, tx, t.Partition, id, func() ([]byte, error) {
-			if err := put(ctx, tx, t, id, key, value); err != nil {
-				return nil, err
-			}
-			return proto.Marshal(resp)
-		})
-		return err
+	first, dup, err := n.batch.Do(ctx, t, id, func(ctx context.Context, tx sqlfence.Tx) ([]byte, error) {
+		if err := put(ctx, tx, t, id, key, value); err != nil {
+			return nil, err
+		}
+		return proto.Marshal(resp)
 	})
 	var stale *ownership.StaleTokenError
 	switch {

@@ -155,7 +155,7 @@ const requestsTable = "kv_requests"
 
 // put writes key = value and its log record in tx, the fenced transaction
 // of the lease whose token is t, for request id (may be empty).
-func put(ctx context.Context, tx *sql.Tx, t ownership.Token, id, key string, value []byte) error {
+func put(ctx context.Context, tx sqlfence.Tx, t ownership.Token, id, key string, value []byte) error {
 	if value == nil {
 		value = []byte{} // NOT NULL: an empty value is still a value
 	}
