@@ -107,7 +107,7 @@ func syntheticRun() (*demo, []op, []time.Duration) {
 func TestReportPicture(t *testing.T) {
 	d, h, stale := syntheticRun()
 	d.cfg.report = filepath.Join(t.ArtifactDir(), "report.html")
-	checks := []check{{"acknowledged writes lost", "0", true}, {"history linearizable", "ok", true}}
+	checks := []check{{Name: "acknowledged writes lost", Value: "0", OK: true}, {Name: "history linearizable", Value: "ok", OK: true}}
 	path, err := d.writeReport(h, stale, checks)
 	if err != nil {
 		t.Fatal(err)
