@@ -504,7 +504,9 @@ func (c *Coordinator) leave(ctx context.Context) error {
 				c.log.Debug("leave: goodbye", "err", perr)
 			}
 		}
-		if lerr := c.ml.Leave(c.cfg.LeaveTimeout); lerr != nil && err == nil {
+		if lerr := c.memberlistLeave(); errors.Is(lerr, ErrClosed) && err == nil {
+			err = lerr // Close cut the goodbye short
+		} else if lerr != nil && err == nil {
 			c.log.Warn("leave broadcast", "err", lerr)
 		}
 	}
@@ -563,6 +565,24 @@ func (c *Coordinator) handedOff() bool {
 		}
 	}
 	return true
+}
+
+// memberlistLeave is memberlist's Leave, which panics ("leave after
+// shutdown") when Close shut memberlist down first: Close may run during a
+// Leave, and then the goodbye ends with ErrClosed, not a crash.
+func (c *Coordinator) memberlistLeave() (err error) {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if !c.closed.Load() {
+				panic(r) // not Close's: not ours to hide
+			}
+			err = ErrClosed
+		}
+	}()
+	return c.ml.Leave(c.cfg.LeaveTimeout)
 }
 
 // Close stops the coordinator at once: every lease ends (the handlers are

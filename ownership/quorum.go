@@ -25,8 +25,10 @@ import "slices"
 //     duelling; the simulator counts it);
 //   - leave: at once when a member leaves gracefully: this node heard its
 //     goodbye (View.Left), so it was not on the other side of a split. If
-//     the view held a quorum just before, the stable set becomes that view
-//     minus the leaver, which drops members that crashed earlier too:
+//     the view held a quorum just before, the stable set becomes the
+//     members of both that view and the stable set, minus the leaver
+//     (never a newcomer: a leave does not promote), which drops members
+//     that crashed earlier too:
 //     otherwise a crash followed by a graceful leave in a 3-node cluster
 //     would leave the last node counting the crashed one. The view before,
 //     not the one after: members lost in the same change may be on the far
@@ -135,7 +137,10 @@ func (q *quorum) setView(now uint64, members []ViewMember, left []string) bool {
 				// The view before the leave, not the one after it: a
 				// member lost in the same change of view may be on the
 				// far side of a split that began as x left.
-				rest := slices.DeleteFunc(slices.Clone(prev), func(m string) bool { return slices.Contains(left, m) })
+				// Members of the stable membership only: newcomers no
+				// quorum promoted yet may be on the leaver's side of a
+				// split that kept the old set's quorum on the other.
+				rest := slices.DeleteFunc(slices.Clone(prev), func(m string) bool { return slices.Contains(left, m) || !q.stable.Has(m) })
 				q.stable = NewStable(q.stable.Version+1, rest)
 			} else {
 				q.stable = NewStable(q.stable.Version+1, slices.DeleteFunc(slices.Clone(q.stable.Members), func(m string) bool { return m == x }))

@@ -57,3 +57,46 @@ func TestQuorumForgetsWhomItAsked(t *testing.T) {
 		t.Fatalf("asked %v, want %s for its newer set", got, view[1].Name)
 	}
 }
+
+// Review of issue 19: the leave rule made the view before the leave the
+// new stable membership, newcomers not yet promoted included. Stable
+// {a,b,c}, newcomers d..g in every view (they show {a,b,c}, so they wait
+// for promotion), and a split {a,b} | {c..g} as c leaves: a and b, who
+// miss the goodbye, keep 2 of {a,b,c}; d, who hears it, made {a,b,d..g}
+// its stable membership and counted 4 of its 6: two quorums. A leave
+// shrinks the stable membership; it must not grow it by members no
+// quorum promoted.
+func TestQuorumLeaveDoesNotPromoteNewcomers(t *testing.T) {
+	stable := NewStable(1, []string{"a", "b", "c"})
+	member := func(names ...string) []ViewMember {
+		var v []ViewMember
+		for _, n := range names {
+			v = append(v, ViewMember{Name: n, Stable: stable.ID()})
+		}
+		return v
+	}
+	all := []string{"a", "b", "c", "d", "e", "f", "g"}
+
+	far := &quorum{self: "a", stableAfter: 100, stable: stable}
+	far.setView(1, member(all...), nil)
+	far.setView(2, member("a", "b"), nil) // c and d..g lost to the split, no goodbye heard
+	if !far.ok {
+		t.Fatalf("a, with 2 of %v, counts no quorum", far.stable.Members)
+	}
+
+	near := &quorum{self: "d", stableAfter: 100, stable: stable}
+	near.setView(1, member(all...), nil)
+	if near.stable.ID() != stable.ID() {
+		t.Fatalf("d promoted %v within StableAfter", near.stable.Members)
+	}
+	near.setView(2, member("a", "b", "d", "e", "f", "g"), []string{"c"}) // c's goodbye heard
+	near.setView(3, member("d", "e", "f", "g"), nil)                     // a, b lost to the split
+	if near.ok {
+		t.Fatalf("both sides of the split count a quorum: a of %v, d of %v", far.stable.Members, near.stable.Members)
+	}
+	for _, m := range near.stable.Members {
+		if !stable.Has(m) {
+			t.Fatalf("the leave made %v the stable membership, with %s no quorum promoted", near.stable.Members, m)
+		}
+	}
+}

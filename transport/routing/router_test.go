@@ -250,3 +250,56 @@ func TestRouterFollowsHintsOnlyToMembers(t *testing.T) {
 		t.Errorf("a server that is no member served %d calls a hint sent it", c)
 	}
 }
+
+// Review of issue 19: a hint is followed to a member's address, and the
+// node expected there is that member, not the name the hint gives. A hint
+// that names another node ("liar") at the real owner's address made the
+// router watch the wrong node: when gossip then showed the real owner's
+// claim, the router took its own attempt at the owner for stale and
+// cancelled it after MoveGrace.
+func TestRouterExpectsTheMemberAtAHintsAddress(t *testing.T) {
+	n := newBufNet(t)
+	n.guarded("a", &fakeLeases{lease: func([]byte) (*ownership.Lease, error) { return nil, notOwner("liar", "b", 5) }})
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	n.serveFunc("b", pointing(t, func() string { return "self" }), func(ctx context.Context) error {
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	owners := &fakeOwners{addr: "a"}
+	owners.setMembers("a", "b")
+	r := n.router(owners, func(cfg *RouterConfig) { cfg.MoveGrace = 20 * time.Millisecond })
+	ctx := testCtx(t, 10*time.Second)
+	done := make(chan error, 1)
+	go func() {
+		_, err := put(ctx, r, "k")
+		done <- err
+	}()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the hint was not followed to b")
+	}
+	owners.claim("n-b", "b") // gossip shows b, the member at the hint's address, holding it
+	// 25 times MoveGrace: an attempt the router took for stale is
+	// cancelled long before.
+	deadline := time.After(500 * time.Millisecond)
+	for r.Stats().Cancelled == 0 {
+		select {
+		case <-deadline:
+			close(release)
+			if err := <-done; err != nil {
+				t.Fatalf("put = %v", err)
+			}
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	close(release)
+	t.Fatalf("the router cancelled its attempt at b, the owner it was sent to (stats %+v, put: %v)", r.Stats(), <-done)
+}
