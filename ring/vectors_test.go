@@ -174,3 +174,26 @@ func TestPartitionInvalidCount(t *testing.T) {
 		}
 	}
 }
+
+// A count above 2^32 is invalid too: a partition is a uint32, so the
+// partition of key among such a count (XXH64 mod the count) may not fit;
+// it gives partition 0 rather than the value cut to 32 bits, which is
+// no partition of the documented function.
+func TestPartitionCountAboveUint32(t *testing.T) {
+	if strconv.IntSize < 64 {
+		return // no int holds such a count
+	}
+	var big uint64 = 1<<32 + 1
+	for _, c := range []uint64{big, 1 << 33, 1<<63 - 1} {
+		n := int(c)
+		for i := range 32 {
+			k := fmt.Sprintf("key-%d", i)
+			if p := ring.PartitionString(k, n); p != 0 {
+				t.Fatalf("PartitionString(%q, %d) = %d, want 0 (an invalid count)", k, n, p)
+			}
+			if p := ring.Partition([]byte(k), n); p != 0 {
+				t.Fatalf("Partition(%q, %d) = %d, want 0 (an invalid count)", k, n, p)
+			}
+		}
+	}
+}

@@ -105,6 +105,10 @@ func TestExactlyOnceThroughFaults(t *testing.T) {
 			if fc.pausedStale < int64(fc.blocked) || fc.blocked == 0 {
 				t.Errorf("paused node: %d batches in hand, %d commits refused; want at least as many refused, and not 0", fc.blocked, fc.pausedStale)
 			}
+			// The leaving node drains: no commit of it is refused (L2).
+			if fc.leaverStale != 0 {
+				t.Errorf("the leaving node had %d commits refused, want 0: a graceful leave drains the batches in hand", fc.leaverStale)
+			}
 		})
 	}
 }

@@ -172,8 +172,15 @@ func New(cfg Config) (*Runtime, error) {
 // Bind sets where workers report a stale commit: the coordinator whose
 // Handler r is. Call it after coordinator.New and before Start. Until it
 // is called, a stale commit ends the lease (Lease.End) without telling
-// the coordinator why, so it may claim the partition again at once.
-func (r *Runtime) Bind(rep Reporter) { r.rep.Store(&rep) }
+// the coordinator why, so it may claim the partition again at once. A
+// nil rep (or a nil *coordinator.Coordinator) unbinds.
+func (r *Runtime) Bind(rep Reporter) {
+	if c, ok := rep.(*coordinator.Coordinator); rep == nil || ok && c == nil {
+		r.rep.Store(nil)
+		return
+	}
+	r.rep.Store(&rep)
+}
 
 // Acquire starts the lease's worker, after Config.Start. It is
 // coordinator.Handler.Acquire.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/coordinator/worker"
 	"github.com/tenure-go/tenure/ownership"
@@ -357,5 +358,29 @@ func TestCloseStopsWorkers(t *testing.T) {
 	}
 	if _, err := worker.New(worker.Config{}); err == nil {
 		t.Error("New without Process succeeded")
+	}
+}
+
+// Binding nothing (a nil Reporter, or a nil *coordinator.Coordinator: a
+// Bind called before coordinator.New assigned it) is the same as not
+// binding: a stale commit ends the lease; it does not panic the worker's
+// goroutine, which would crash the program.
+func TestBindNilReporter(t *testing.T) {
+	ctx := testContext(t)
+	for i, rep := range []worker.Reporter{nil, (*coordinator.Coordinator)(nil)} {
+		rt, fake := newRuntime(t, worker.Config{Process: func(ctx context.Context, l *ownership.Lease) (int, error) {
+			return 0, &ownership.StaleTokenError{Token: l.Token()}
+		}})
+		rt.Bind(rep)
+		l, err := fake.Grant(ctx, uint32(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		tenuretest.WaitFor(wctx, t, "the lease to end", func() bool { return l.Err() != nil })
+		wcancel()
+		if !errors.Is(l.Err(), ownership.ErrStaleToken) {
+			t.Errorf("Bind(%#v): lease ended with %v, want the stale token error", rep, l.Err())
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"syscall"
 	"time"
 
@@ -58,11 +59,17 @@ type Pause struct {
 // kernel reports it stopped, then SIGCONT after the pause) for cfg.For or
 // until ctx ends, and returns the pauses it made. No pause starts after
 // For has passed, and the process is running when Pauses returns, even on
-// error.
+// error. pid must be another process's: 0, a negative pid (a process
+// group) and this process's own are refused.
 func Pauses(ctx context.Context, pid int, cfg PauseConfig) ([]Pause, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if pid <= 0 || pid == os.Getpid() {
+		// kill(2) reads 0 and negative pids as process groups (-1: every
+		// process), and stopping this process leaves none to continue it.
+		return nil, fmt.Errorf("pressure: pause process %d: want the pid of another process", pid)
 	}
 	end := time.Now().Add(cfg.For)
 	var out []Pause

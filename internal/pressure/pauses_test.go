@@ -93,3 +93,19 @@ func TestPausesConfig(t *testing.T) {
 		}
 	}
 }
+
+// Pauses refuses a pid that is not one other process: 0 and negative pids
+// name process groups to kill(2) (0 this process's own group, -1 every
+// process the caller may signal) and this process's own pid would stop
+// the caller, with nobody left to send SIGCONT.
+func TestPausesRefusesPidsThatAreNotAnotherProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := PauseConfig{For: 300 * time.Millisecond, Min: 50 * time.Millisecond, Max: 50 * time.Millisecond,
+		Run: 20 * time.Millisecond, Rand: rand.New(rand.NewPCG(1, 2))}
+	for _, pid := range []int{0, os.Getpid(), -1, -os.Getpid()} {
+		if pauses, err := Pauses(ctx, pid, cfg); err == nil {
+			t.Errorf("Pauses(pid %d) made %d pauses, want an error", pid, len(pauses))
+		}
+	}
+}
