@@ -153,7 +153,13 @@ type Config struct {
 	// it and every token a resource reports as current (ReportStale), and
 	// every node's metadata carries a MAC for its name: a node whose
 	// metadata fails is no member (it can't advertise a stable membership,
-	// a leave or another node's identity). Without them (and without
+	// a leave or another node's identity). A MAC does not prove freshness:
+	// without GossipKeys, a host that captured a member's metadata can
+	// replay it under that member's name after the member has left, join
+	// as that member and hold its partitions unowned for as long as it
+	// answers pings (the fence keeps the data safe; availability suffers).
+	// Set GossipKeys (memberlist's encryption) where the gossip network is
+	// not trusted. Without them (and without
 	// GossipKeys) the cluster trusts whatever reaches its gossip port, and
 	// is not fully protected: a plain memberlist node joins as a member,
 	// can make every node hold back while it advertises a newer stable

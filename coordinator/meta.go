@@ -19,9 +19,12 @@ const metaPurpose = "node metadata"
 const (
 	metaLeaving = 1 << 0
 	metaMAC     = 1 << 1 // a MAC ends the metadata
-	// metaGone: the goodbye. A node of an older release refuses metadata
-	// with this flag as malformed and so counts the leaver's drop as a
-	// crash: safe.
+	// metaGone: the goodbye, published once the handoff is done, just
+	// before memberlist's leave: a drop counts as graceful only where it
+	// was heard. (A node of an older release refuses the update with this
+	// flag, keeps the metadata before it, which says Leaving, and counts
+	// the drop as graceful by its old rule; mixed releases do not share
+	// gossip anyway, its encoding version changed with this one.)
 	metaGone = 1 << 2
 )
 

@@ -46,6 +46,15 @@ import (
 // relearns from the current members; a replayed old set it adopts then
 // is superseded as in any late delivery (members' metadata shows the
 // newer ID, which makes it outdated until it learns it).
+//
+// One case is not bounded by the merges: a cluster restarted whole with
+// the same keys starts its stable versions again at 1, and a stable
+// membership of its previous life, replayed, has a higher ID of which no
+// quorum is known. It puts the node in doubt (no quorum) until StableAfter
+// passes without hearing it, and a replay repeated more often than that
+// keeps it there. Rotate the keys (or the cluster name) when a cluster is
+// rebuilt from nothing, or encrypt gossip (GossipKeys) so that nobody can
+// capture messages to replay.
 
 // ErrWrongCluster: a gossip message names another cluster.
 var ErrWrongCluster = errors.New("tenure: gossip from another cluster")
