@@ -37,10 +37,11 @@ type RequestsConfig struct {
 // a duplicate finds it exactly when the first write committed, on this
 // owner or a former one (whose commit, if it is accepted, precedes the new
 // owner's fence). The record is per partition: route every retry by the
-// same key. The duplicate's wait-then-read needs READ COMMITTED, the
-// default of PostgreSQL and of MySQL's Fence.Do here: in a transaction at
-// REPEATABLE READ or SERIALIZABLE a duplicate that waited gets a
-// serialization failure instead of the first outcome (retry it). The claim comes after the fence's check, so a transaction
+// same key. On PostgreSQL the duplicate's wait-then-read needs READ
+// COMMITTED (its default): in a transaction at REPEATABLE READ or
+// SERIALIZABLE a duplicate that waited gets a serialization failure
+// instead of the first outcome (retry it). On MySQL the tests cover
+// duplicates one after another, not racing ones. The claim comes after the fence's check, so a transaction
 // waiting for a request id holds only locks its holder holds too (the
 // partition's, shared): it adds no lock order, and a fence waits for both.
 //
