@@ -66,6 +66,22 @@ func broadcastSamples(t *testing.T, c *Coordinator, keys *ownership.Keyring) map
 	}
 }
 
+// ownerOfP3 starts a node alone, with token keys if keyed, and waits until
+// it owns partition 3.
+func ownerOfP3(ctx context.Context, t *testing.T, keyed bool, name string) (*Coordinator, *ownership.Keyring) {
+	t.Helper()
+	var keys *ownership.Keyring
+	if keyed {
+		keys = metaKeys(t, "tenure test token key, 32 bytes")
+	}
+	c := newTestCluster(t, func(c *Config) { c.TokenKeys = keys }).start(ctx, name).c
+	waitFor(ctx, t, "the node to own partition 3", func() bool {
+		_, err := c.LeaseOfPartition(3)
+		return err == nil
+	})
+	return c, keys
+}
+
 // Issue 19, defect 1: MergeRemoteState read the register of whatever
 // message it opened, and a claim or stable membership has none: a nil
 // dereference in memberlist's stream goroutine, which nothing recovers,
@@ -79,15 +95,7 @@ func TestMergeRemoteStateRefusesBroadcastKinds(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			var keys *ownership.Keyring
-			if keyed {
-				keys = metaKeys(t, "tenure test token key, 32 bytes")
-			}
-			c := newTestCluster(t, func(c *Config) { c.TokenKeys = keys }).start(ctx, "pp").c
-			waitFor(ctx, t, "the node to own partition 3", func() bool {
-				_, err := c.LeaseOfPartition(3)
-				return err == nil
-			})
+			c, keys := ownerOfP3(ctx, t, keyed, "pp")
 			before := c.reg.GetClaim(3)
 			d := &delegate{c: c}
 			for kind, b := range broadcastSamples(t, c, keys) {
@@ -119,15 +127,7 @@ func TestPushPullOfBroadcastKindsOverTCP(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			var keys *ownership.Keyring
-			if keyed {
-				keys = metaKeys(t, "tenure test token key, 32 bytes")
-			}
-			c := newTestCluster(t, func(c *Config) { c.TokenKeys = keys }).start(ctx, "tcp").c
-			waitFor(ctx, t, "the node to own partition 3", func() bool {
-				_, err := c.LeaseOfPartition(3)
-				return err == nil
-			})
+			c, keys := ownerOfP3(ctx, t, keyed, "tcp")
 			lease, _ := c.LeaseOfPartition(3)
 			for kind, b := range broadcastSamples(t, c, keys) {
 				n := dropped(c)
