@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,10 @@ type testCluster struct {
 	mu    sync.Mutex
 	nodes map[string]*testNode
 	tweak func(*Config)
+	// logs keeps the cluster's recent Info and higher records; a failed
+	// test prints them with the machine's load, so a reader can tell an
+	// overloaded machine from a defect.
+	logs *recentLogs
 }
 
 func newTestCluster(t *testing.T, tweak func(*Config)) *testCluster {
@@ -78,8 +83,12 @@ func newTestCluster(t *testing.T, tweak func(*Config)) *testCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := &testCluster{t: t, fence: f, nodes: map[string]*testNode{}, tweak: tweak}
+	tc := &testCluster{t: t, fence: f, nodes: map[string]*testNode{}, tweak: tweak, logs: newRecentLogs(300)}
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("machine: %s", machineLoad())
+			t.Logf("the cluster's last %d log records at Info and above:\n%s", tc.logs.max, tc.logs.dump())
+		}
 		for _, n := range tc.all() {
 			n.c.Close()
 		}
@@ -103,6 +112,7 @@ func (tc *testCluster) start(ctx context.Context, name string) *testNode {
 	cfg.Handler = h
 	cfg.Fence = tc.fence
 	cfg.ServiceAddr = "svc-" + name
+	cfg.Logger = slog.New(tc.logs)
 	if tc.seed != "" {
 		cfg.Seeds = []string{tc.seed}
 	}

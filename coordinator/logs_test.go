@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -109,4 +111,65 @@ func TestNormalStartLogsNoWarnings(t *testing.T) {
 		}
 		t.Errorf("a normal start logged: %v", r)
 	}
+}
+
+// recentLogs is a slog.Handler that keeps the last max records at Info and
+// above, for printing when a test fails.
+type recentLogs struct {
+	mu   *sync.Mutex
+	recs *[]string
+	max  int
+	with []slog.Attr
+}
+
+func newRecentLogs(max int) *recentLogs {
+	return &recentLogs{mu: &sync.Mutex{}, recs: &[]string{}, max: max}
+}
+
+func (h *recentLogs) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *recentLogs) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %q", r.Time.Format("15:04:05.000"), r.Level, r.Message)
+	for _, a := range h.with {
+		fmt.Fprintf(&b, " %s=%s", a.Key, a.Value)
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%s", a.Key, a.Value)
+		return true
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	*h.recs = append(*h.recs, b.String())
+	if n := len(*h.recs); n > 2*h.max {
+		*h.recs = append((*h.recs)[:0], (*h.recs)[n-h.max:]...)
+	}
+	return nil
+}
+
+func (h *recentLogs) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	c.with = append(append([]slog.Attr(nil), h.with...), as...)
+	return &c
+}
+
+func (h *recentLogs) WithGroup(string) slog.Handler { return h }
+
+func (h *recentLogs) dump() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	recs := *h.recs
+	if len(recs) > h.max {
+		recs = recs[len(recs)-h.max:]
+	}
+	return strings.Join(recs, "\n")
+}
+
+// machineLoad says how busy the machine was: its load average and CPUs.
+func machineLoad() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return fmt.Sprintf("load unknown (%v), %d CPUs", err, runtime.NumCPU())
+	}
+	return fmt.Sprintf("load average %s, %d CPUs", strings.TrimSpace(string(b)), runtime.NumCPU())
 }
