@@ -49,12 +49,15 @@ type clientFigures struct {
 	failedDuringLeave   int
 	unknownDuringLeave  int // of failedDuringLeave, those whose outcome is unknown
 	outcomeUnknown, all int
+	// leaveErrors counts the failures during the leave by message, so a
+	// failed L2 row says why.
+	leaveErrors map[string]int
 }
 
 func (c *clientPath) figures() clientFigures {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f := clientFigures{all: len(c.calls)}
+	f := clientFigures{all: len(c.calls), leaveErrors: map[string]int{}}
 	for _, k := range c.calls {
 		if k.entry != c.paused && k.end.After(c.stopAt) && k.start.Before(c.contAt) {
 			f.maxWaitAfterStop = max(f.maxWaitAfterStop, k.end.Sub(latest(k.start, c.stopAt)))
@@ -68,6 +71,7 @@ func (c *clientPath) figures() clientFigures {
 		}
 		if k.end.After(c.leaveAt) && k.start.Before(c.leftAt) {
 			f.failedDuringLeave++
+			f.leaveErrors[k.err.Error()]++
 			if unknown {
 				f.unknownDuringLeave++
 			}
@@ -88,6 +92,9 @@ func (f clientFigures) print(takeover time.Duration, duplicates int) {
 	fmt.Printf("        clients: longest wait after the SIGSTOP %.2fs (takeover %.2fs; calls entering through the stopped node not counted), "+
 		"%d calls failed during the graceful leave, %d writes committed twice, %d unknown outcomes (of %d writes)\n",
 		f.maxWaitAfterStop.Seconds(), takeover.Seconds(), f.failedDuringLeave, duplicates, f.outcomeUnknown, f.all)
+	for msg, n := range f.leaveErrors {
+		fmt.Printf("        failed during the leave, %d times: %s\n", n, msg)
+	}
 	fmt.Printf("figure: client.max_wait_after_sigstop_seconds %.3f\n", f.maxWaitAfterStop.Seconds())
 	fmt.Printf("figure: client.failed_calls_during_leave %d\n", f.failedDuringLeave)
 	fmt.Printf("figure: client.outcome_unknown_during_leave %d\n", f.unknownDuringLeave)
