@@ -61,9 +61,10 @@ type Config struct {
 	Misses int
 	// LagLimit is the loop lag above which the node is late.
 	LagLimit time.Duration
-	// PingAll pings every member each round and ignores the node's own
-	// lag: the reach storm, for negative controls only.
-	PingAll bool
+	// PingAll pings every member each round, and IgnoreLag pings and
+	// counts rounds whatever the node's own lag: together, the first
+	// version's reach storm. For negative controls only.
+	PingAll, IgnoreLag bool
 }
 
 // SampleSize is how many members a round pings in a view of n members
@@ -172,7 +173,7 @@ func (c *Check) Due(now time.Time, troubled bool, members []Member) []Member {
 	if !troubled || c.inflight || len(members) == 0 || !c.started.IsZero() && now.Sub(c.started) < c.cfg.Interval {
 		return nil
 	}
-	if !c.cfg.PingAll && c.Late(now) {
+	if !c.cfg.IgnoreLag && c.Late(now) {
 		return nil
 	}
 	k := SampleSize(len(members) + 1)
@@ -214,7 +215,7 @@ func (c *Check) runOf(m Member) *run {
 func (c *Check) Done(start, now time.Time, answers map[string]bool, members []Member) bool {
 	c.inflight = false
 	c.forget(members)
-	if !c.cfg.PingAll && (now.Sub(start) > c.cfg.Timeout+c.cfg.LagLimit || !c.lateAt.Before(start)) {
+	if !c.cfg.IgnoreLag && (now.Sub(start) > c.cfg.Timeout+c.cfg.LagLimit || !c.lateAt.Before(start)) {
 		return false
 	}
 	rd := round{start: start}
