@@ -51,6 +51,7 @@ type Coordinator struct {
 	metaVal  meta
 	meta     atomic.Pointer[[]byte]
 	quorumOK atomic.Bool
+	lag      atomic.Int64 // the loop's lag (a time.Duration), for Status
 
 	ml         *memberlist.Memberlist // set by Start, under lifeMu, before started
 	mlp        atomic.Pointer[memberlist.Memberlist]

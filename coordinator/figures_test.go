@@ -19,6 +19,7 @@ func TestFigures(t *testing.T) {
 	start := time.Now()
 	tc.startNodes(ctx, "f", 5)
 	converge := time.Since(start)
+	nodes, began := tc.all(), start
 
 	// detect and failover: crash one node. detect is memberlist's death
 	// detection: until the last survivor drops the node from its table.
@@ -64,6 +65,14 @@ func TestFigures(t *testing.T) {
 	fmt.Printf("figure: failover.within_target %v\n", failover <= target)
 	fmt.Printf("figure: handoff.seconds %.3f\n", handoff.Seconds())
 	fmt.Printf("figure: handoff.rejected_writes %d\n", rejected)
+	// The reach check's cost over the whole run (start, crash, leave): its
+	// pings, per node per second (issue 22; the 50-node figure is
+	// TestScale50x271Converges's).
+	var pings uint64
+	for _, n := range nodes {
+		pings += counterValue(n.c.metrics.reachPings)
+	}
+	fmt.Printf("figure: reach.5.pings_per_node_per_second %.2f\n", float64(pings)/float64(len(nodes))/time.Since(began).Seconds())
 	if rejected != 0 {
 		t.Errorf("graceful leave rejected %d writes, want 0", rejected)
 	}

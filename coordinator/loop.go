@@ -3,10 +3,12 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ring"
 )
@@ -91,11 +93,10 @@ type loop struct {
 	warned  bool                   // the no-quorum warning was logged
 	lostAt  time.Time              // when the quorum was last lost
 
-	reach    map[string]reachState // members that missed reach checks
-	unreach  []string              // those the current view marks Unreachable
-	reaching bool                  // a reach check is in flight
-	reachAt  time.Time             // when the last reach check started
-	health   func() int            // memberlist's health score; tests set it
+	reach   *reach.Check // the reach check's policy and evidence
+	unreach []string     // the members the current view marks Unreachable
+	tickAt  time.Time    // when the loop ran the last tick
+	health  func() int   // memberlist's health score; tests set it
 }
 
 // knownMember is a member once seen, for rejoin after a partition heals.
@@ -111,7 +112,7 @@ func newLoop(c *Coordinator, m *ownership.Machine) *loop {
 		reg:     c.leases,
 		known:   make(map[string]knownMember),
 		leavers: make(map[string]bool),
-		reach:   make(map[string]reachState),
+		reach:   reach.New(reachConfig(c.cfg), rand.New(rand.NewPCG(c.cfg.Rand.Uint64(), c.cfg.Rand.Uint64()))),
 		lostAt:  c.cfg.Clock.Now(), // a node starts without a quorum
 	}
 }
@@ -140,7 +141,8 @@ func (l *loop) run() {
 			l.refreshMembers()
 		case in := <-c.inputs:
 			l.apply(in)
-		case <-tick:
+		case fired := <-tick:
+			l.ticked(fired)
 			l.m.Tick()
 			l.warnQuorum()
 			l.maybeReach()
@@ -226,12 +228,7 @@ func (l *loop) refreshMembers() {
 	for _, name := range left {
 		delete(l.known, name)
 	}
-	for name, st := range l.reach {
-		if m, ok := members[name]; !ok || m.Incarnation != st.incarnation {
-			delete(l.reach, name) // gone from the view, or a new life
-		}
-	}
-	l.unreach = l.unreachable()
+	l.unreach = l.unreachable(members)
 	for i := range vms {
 		vms[i].Unreachable = slices.Contains(l.unreach, vms[i].Name)
 	}

@@ -13,6 +13,9 @@ type metrics struct {
 	staleRejections prometheus.Counter
 	gossipDropped   prometheus.Counter
 	reachChecks     prometheus.Counter
+	reachPings      prometheus.Counter
+	lag             prometheus.Gauge
+	late            prometheus.Gauge
 	unreachable     prometheus.Gauge
 	failover        prometheus.Histogram
 	handoff         prometheus.Histogram
@@ -32,7 +35,13 @@ func newMetrics() *metrics {
 		gossipDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "tenure", Name: "gossip_dropped_total", Help: "Gossip messages and claims refused: malformed, from another cluster, unauthenticated, or with an implausible epoch."}),
 		reachChecks: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "tenure", Name: "reach_checks_total", Help: "Checks that pinged every member because memberlist reported trouble (a health score above zero) or a member had missed one."}),
+			Namespace: "tenure", Name: "reach_checks_total", Help: "Reach checks: rounds of direct pings while memberlist reported trouble (a health score above zero)."}),
+		reachPings: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tenure", Name: "reach_pings_total", Help: "Direct pings the reach checks sent: at most max(4, ceil(log2 members)) a round, none while the node is late."}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "tenure", Name: "loop_lag_seconds", Help: "The largest delay, over the reach check's span, between a tick of this node's loop firing and the loop running it."}),
+		late: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "tenure", Name: "late", Help: "1 while the loop lag exceeds half a ProbeTimeout: the node is too slow to keep its promises (its reach check is suspended, its step-down is late by the lag)."}),
 		unreachable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "tenure", Name: "unreachable_members", Help: "Members in the view that missed the last reach checks: they don't count for quorum."}),
 		failover: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -46,7 +55,8 @@ func newMetrics() *metrics {
 
 // Collector returns a prometheus.Collector of this coordinator's metrics:
 // members, owned partitions, claims, releases, stale rejections, dropped
-// gossip, reach checks, unreachable members, and failover and handoff
+// gossip, reach checks and their pings, the loop's lag and whether it is
+// late, unreachable members, and failover and handoff
 // latency histograms. Register it with the caller's registry; the
 // coordinator registers nothing globally.
 func (c *Coordinator) Collector() prometheus.Collector { return collector{c} }
@@ -57,7 +67,7 @@ var ownedDesc = prometheus.NewDesc("tenure_owned_partitions", "Partitions this n
 
 func (k collector) instruments() []prometheus.Collector {
 	m := k.c.metrics
-	return []prometheus.Collector{m.members, m.claims, m.releases, m.staleRejections, m.gossipDropped, m.reachChecks, m.unreachable, m.failover, m.handoff}
+	return []prometheus.Collector{m.members, m.claims, m.releases, m.staleRejections, m.gossipDropped, m.reachChecks, m.reachPings, m.lag, m.late, m.unreachable, m.failover, m.handoff}
 }
 
 func (k collector) Describe(ch chan<- *prometheus.Desc) {

@@ -4,6 +4,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/tenure-go/tenure/internal/reach"
+	"github.com/tenure-go/tenure/ownership"
 )
 
 // The reach check. A node cut off from the rest of the cluster keeps the
@@ -17,21 +20,35 @@ import (
 // the cut, the majority's first fence came at 3.6 s).
 //
 // So while memberlist reports trouble (a health score above zero), the
-// loop pings every member of its view directly, all at once, once per
-// ProbeInterval. A member that missed every check for reachSpan (and at
-// least reachMisses of them) is Unreachable in the view the machine counts
-// quorum against, for reachHold at most; one answer clears it. The check
-// decides nothing once the health score is back to zero (memberlist's
-// probes, indirect and over TCP, got through again, and its member list is
-// the truth), nor after reachHold: by then memberlist has dropped a member
-// that is really gone, and one it still lists answers its probes by other
-// paths. That is what keeps a node with partial connectivity (it reaches
-// some members only through others) or with a member that gets no UDP
-// counting them, and a slow node from giving its leases up for a moment's
-// delay.
+// loop pings a few members of its view directly, once per ProbeInterval:
+// internal/reach decides whom, and whom the answers make Unreachable in
+// the view the machine counts quorum against (a member that missed
+// reachMisses pings in a row over reachSpan, or every member that didn't
+// answer within reachSpan once the answers say this node reaches fewer
+// than half its view), for reachHold at most; one answer clears a member.
+// A round pings reach.SampleSize(n) members, O(log n): the first version
+// pinged every member at once, and at 50 nodes in one process on 2 cores
+// that fed on its own load (every node troubled, every node pinging 49,
+// the pings late, members marked unreachable, quorum lost, partitions
+// moving; the cluster never converged).
+//
+// The check decides nothing once the health score is back to zero
+// (memberlist's probes, indirect and over TCP, got through again, and its
+// member list is the truth), nor after reachHold: by then memberlist has
+// dropped a member that is really gone, and one it still lists answers its
+// probes by other paths. That is what keeps a node with partial
+// connectivity (it reaches some members only through others) or with a
+// member that gets no UDP counting them, and a slow node from giving its
+// leases up for a moment's delay.
+//
+// And it knows its own lateness: every tick measures how late the loop
+// ran it (its lag). A node whose lag exceeds lagLimit is Late (Status
+// says so): it starts no round, and a round it was late for doesn't
+// count, because a ping it couldn't wait for is evidence against itself.
 
-// reachMisses is the fewest checks in a row a member must miss to be
-// counted unreachable: a lost packet is not a partition.
+// reachMisses is the fewest pings in a row a member must miss to be
+// counted unreachable, and the fewest rounds a node-wide verdict needs: a
+// lost packet is not a partition.
 const reachMisses = 3
 
 // reachSpan is how long a member must have missed every check: three
@@ -47,15 +64,59 @@ func reachSpan(c Config) time.Duration {
 // memberlist still lists it: twice Grace.
 func reachHold(c Config) time.Duration { return 2 * c.Grace }
 
-// reachState is a member's run of missed checks.
-type reachState struct {
-	incarnation uint64    // the life that missed them
-	misses      int       // checks missed in a row
-	since       time.Time // when the first of them started
+// lagLimit is the loop lag above which a node is late: half a
+// ProbeTimeout. A node that late can't wait for a ping's answer properly,
+// so its reach check stops (it can't promise to end its leases before the
+// majority's Grace if it is cut off), and it ends its leases that much
+// after StepDown.
+func lagLimit(c Config) time.Duration { return c.Memberlist.ProbeTimeout / 2 }
+
+// reachConfig is the policy's timing for c.
+func reachConfig(c Config) reach.Config {
+	return reach.Config{
+		Interval: c.Memberlist.ProbeInterval, Timeout: c.Memberlist.ProbeTimeout,
+		Span: reachSpan(c), Hold: reachHold(c), Misses: reachMisses, LagLimit: lagLimit(c),
+	}
 }
 
 // reachResult is one check's answers: member name to whether it acked.
 type reachResult map[string]bool
+
+// ticked records how late the loop ran the tick that fired at fired.
+func (l *loop) ticked(fired time.Time) {
+	c := l.c
+	now := c.cfg.Clock.Now()
+	l.reach.Lagged(now, reach.TickLag(l.tickAt, fired, now, c.cfg.TickInterval))
+	l.tickAt = now
+	lag := l.reach.Lag(now)
+	c.lag.Store(int64(lag))
+	c.metrics.lag.Set(lag.Seconds())
+	late := 0.0
+	if lag > lagLimit(c.cfg) {
+		late = 1
+	}
+	c.metrics.late.Set(late)
+}
+
+// reachMembers returns members but this node, for the check.
+func (l *loop) reachMembers(members map[string]ownership.Member) []reach.Member {
+	out := make([]reach.Member, 0, len(members))
+	for name, m := range members {
+		if name != l.c.cfg.Name {
+			out = append(out, reach.Member{Name: name, Incarnation: m.Incarnation})
+		}
+	}
+	slices.SortFunc(out, func(a, b reach.Member) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
 
 // maybeReach runs on every tick: it starts a reach check when one is due,
 // and gives the machine a new view when the trouble is over.
@@ -64,7 +125,8 @@ func (l *loop) maybeReach() {
 	if c.cfg.MinQuorum == 1 || c.ml == nil {
 		return
 	}
-	if !l.troubled() {
+	troubled := l.troubled()
+	if !troubled {
 		// Nobody is unreachable now. The runs of misses stay: a member
 		// that answers no ping across the gaps between troubles (one
 		// that memberlist reaches only by other paths) is not counted
@@ -74,33 +136,31 @@ func (l *loop) maybeReach() {
 		}
 		return
 	}
-	now := c.cfg.Clock.Now()
-	if l.reaching || now.Sub(l.reachAt) < c.cfg.Memberlist.ProbeInterval {
-		return
-	}
 	v := c.view.Load()
 	if v == nil {
 		return
 	}
-	targets := make(map[string]string, len(v.members))
-	for name, m := range v.members {
-		if name != c.cfg.Name {
-			targets[name] = m.GossipAddr
-		}
-	}
+	now := c.cfg.Clock.Now()
+	targets := l.reach.Due(now, troubled, l.reachMembers(v.members))
 	if len(targets) == 0 {
+		if !slices.Equal(l.unreach, l.unreachable(v.members)) {
+			l.refreshMembers() // a verdict ran out (reachHold)
+		}
 		return
 	}
-	l.reaching, l.reachAt = true, now
 	c.metrics.reachChecks.Inc()
+	c.metrics.reachPings.Add(float64(len(targets)))
+	addrs := make(map[string]string, len(targets))
+	for _, m := range targets {
+		addrs[m.Name] = v.members[m.Name].GossipAddr
+	}
 	ml := c.ml
 	l.goWork(func() input {
-		// All at once: a check takes one ProbeTimeout whatever the
-		// cluster's size.
-		res := make(reachResult, len(targets))
+		// At once: a check takes one ProbeTimeout.
+		res := make(reachResult, len(addrs))
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		for name, addr := range targets {
+		for name, addr := range addrs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -118,49 +178,24 @@ func (l *loop) maybeReach() {
 // reached records a check's answers, started at at, and gives the machine
 // a new view if the unreachable members changed.
 func (l *loop) reached(res reachResult, at time.Time) {
-	l.reaching = false
-	v := l.c.view.Load()
-	if v == nil || !l.troubled() {
+	c := l.c
+	v := c.view.Load()
+	if v == nil {
 		return
 	}
-	for name, ok := range res {
-		m, live := v.members[name]
-		switch {
-		case !live:
-			// Left the view while the check ran: nothing to reach.
-		case ok:
-			delete(l.reach, name)
-		default:
-			st, seen := l.reach[name]
-			if !seen || st.incarnation != m.Incarnation {
-				st = reachState{incarnation: m.Incarnation, since: at}
-			}
-			st.misses++
-			l.reach[name] = st
-		}
+	if !l.reach.Done(at, c.cfg.Clock.Now(), res, l.reachMembers(v.members)) {
+		c.log.Debug("reach check discounted: this node was late", "lag", l.reach.Lag(c.cfg.Clock.Now()))
 	}
-	if !slices.Equal(l.unreach, l.unreachable()) {
+	if !slices.Equal(l.unreach, l.unreachable(v.members)) {
 		l.refreshMembers()
 	}
 }
 
-// unreachable returns the members that missed every check for reachSpan,
-// and not for reachSpan+reachHold, sorted. It reads the health score: with none, nobody is unreachable.
-func (l *loop) unreachable() []string {
-	c := l.c
-	if len(l.reach) == 0 {
-		return nil
-	}
-	now, span, hold := c.cfg.Clock.Now(), reachSpan(c.cfg), reachHold(c.cfg)
-	troubled := l.troubled()
-	var out []string
-	for name, st := range l.reach {
-		if d := now.Sub(st.since); st.misses >= reachMisses && d >= span && troubled && d < span+hold {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
+// unreachable returns the members the check counts unreachable now, of
+// members, sorted. It reads the health score: with none, nobody is
+// unreachable.
+func (l *loop) unreachable(members map[string]ownership.Member) []string {
+	return l.reach.Unreachable(l.c.cfg.Clock.Now(), l.troubled(), l.reachMembers(members))
 }
 
 // troubled reports whether memberlist's health score is above zero: its

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/ownership"
 )
 
 // The reach check must not turn what memberlist tolerates into a lasting
@@ -156,14 +158,31 @@ func TestReachRule(t *testing.T) {
 	cfg := LocalConfig()
 	clk := &stepClock{now: time.Unix(1000, 0)}
 	cfg.Clock = clk
+	cfg.Name, cfg.Rand = "self", rand.New(rand.NewPCG(1, 2))
 	health := 1
-	l := &loop{c: &Coordinator{cfg: cfg}, reach: map[string]reachState{}, health: func() int { return health }}
+	l := newLoop(&Coordinator{cfg: cfg}, nil)
+	l.health = func() int { return health }
 	span, hold := reachSpan(cfg), reachHold(cfg)
 	if span != 1500*time.Millisecond || hold != 5*time.Second {
 		t.Fatalf("local preset: span %v, hold %v; want 1.5s, 5s (the README says so)", span, hold)
 	}
-	l.reach["a"] = reachState{misses: 2, since: clk.now}
-	l.reach["b"] = reachState{misses: 3, since: clk.now}
+	members := map[string]ownership.Member{"self": {Name: "self"}}
+	for _, n := range []string{"a", "b", "c", "d"} {
+		members[n] = ownership.Member{Name: n, Incarnation: 7}
+	}
+	// Rounds every ProbeInterval: c and d answer every one, b none, a
+	// only the fourth-last, so it has missed just two in a row at span.
+	start := clk.now
+	interval := cfg.Memberlist.ProbeInterval
+	for at := time.Duration(0); at <= span; at += interval {
+		clk.now = start.Add(at)
+		due := l.reach.Due(clk.now, true, l.reachMembers(members))
+		if len(due) != 4 {
+			t.Fatalf("round at %v pings %d members, want all 4 of a 5-member view", at, len(due))
+		}
+		res := reachResult{"a": at+3*interval > span && at+2*interval <= span, "b": false, "c": true, "d": true}
+		l.reach.Done(clk.now, clk.now.Add(cfg.Memberlist.ProbeTimeout), res, l.reachMembers(members))
+	}
 	for _, c := range []struct {
 		after  time.Duration
 		health int
@@ -175,8 +194,8 @@ func TestReachRule(t *testing.T) {
 		{span + hold - time.Millisecond, 3, []string{"b"}},
 		{span + hold, 3, nil}, // held long enough: counted again
 	} {
-		clk.now, health = time.Unix(1000, 0).Add(c.after), c.health
-		if got := l.unreachable(); !slices.Equal(got, c.want) {
+		clk.now, health = start.Add(c.after), c.health
+		if got := l.unreachable(members); !slices.Equal(got, c.want) {
 			t.Errorf("%v after the first miss, health %d: unreachable %v, want %v", c.after, c.health, got, c.want)
 		}
 	}

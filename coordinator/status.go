@@ -23,8 +23,15 @@ import (
 //	converged         bool     every partition is held by its ring owner, as this node sees it (see WaitConverged)
 //	quorum            bool     this node sees a quorum of the stable membership (L4)
 //	stable            []string the stable membership quorum is counted against; empty: not reported
-//	unreachable       []string members this node's own pings don't reach (three checks in a
-//	                           row): they are in its view but don't count for its quorum
+//	unreachable       []string members this node's own pings don't reach (three in a row, or
+//	                           all while its pings say it reaches under half its view):
+//	                           they are in its view but don't count for its quorum
+//	lag_ns            number   the loop's lag: the largest delay, over the reach check's
+//	                           span, between a tick firing and the loop running it (ns)
+//	late              bool     lag_ns is above half a ProbeTimeout: this node is too slow
+//	                           to keep its promises (its reach check is suspended, so cut
+//	                           off it may not end its leases before the others' Grace; it
+//	                           steps down late by the lag)
 //	leaving           bool     this node has started a graceful Leave
 //	stale_rejections  number   writes under this node's leases a fence rejected (ReportStale)
 //	partition_count   number   partitions of the key space (the ring's size)
@@ -76,6 +83,8 @@ type Status struct {
 	Quorum          bool              `json:"quorum"`
 	Stable          []string          `json:"stable"`
 	Unreachable     []string          `json:"unreachable"`
+	Lag             time.Duration     `json:"lag_ns"`
+	Late            bool              `json:"late"`
 	Leaving         bool              `json:"leaving"`
 	StaleRejections uint64            `json:"stale_rejections"`
 	PartitionCount  int               `json:"partition_count"`
@@ -134,7 +143,9 @@ func (c *Coordinator) Status() Status {
 		Quorum:          c.quorumOK.Load(),
 		Stable:          append([]string{}, c.stable.Load().Members...),
 		Unreachable:     []string{},
+		Lag:             time.Duration(c.lag.Load()),
 	}
+	s.Late = s.Lag > lagLimit(c.cfg)
 	v := c.view.Load()
 	if v != nil {
 		s.Unreachable = append(s.Unreachable, v.unreachable...)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -353,4 +354,31 @@ func (c *checker) handlerContract() {
 			}
 		}
 	}
+}
+
+// pinged checks a round of the reach check (issues 20 and 22, the reach
+// storm): at most reach.SampleSize pings in a view of size members, and
+// none from a node whose loop lags.
+func (c *checker) pinged(n *node, k, size int, late bool) {
+	if bound := reach.SampleSize(size); k > bound {
+		c.fail("reach storm: %s pinged %d members of a view of %d in one round (bound %d)", n.name, k, size, bound)
+	}
+	if late {
+		c.fail("reach storm: %s pinged %d members while its loop lagged", n.name, k)
+	}
+}
+
+// marked checks a node's reach check when it counts a member unreachable
+// (un: all it counts now): counting only members whose pings could all
+// have been answered over the check's span is blaming them for the node's
+// own lateness.
+func (c *checker) marked(n *node, un []string) {
+	s := c.s
+	for _, name := range un {
+		j := s.nodeByName(name).idx
+		if s.now-s.net.unpingable[n.idx][j] <= uint64(s.cfg.ReachSpan+2) {
+			return // one of them really was out of reach
+		}
+	}
+	c.fail("self-blame: %s counts %v unreachable, though every ping of them could have been answered for %d ticks", n.name, un, s.cfg.ReachSpan+2)
 }

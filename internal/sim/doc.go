@@ -10,8 +10,9 @@
 // (the handoff, then a goodbye a member counts only if it heard it, then
 // memberlist's leave message; schedules overlap them with splits and
 // crashes),
-// the coordinator's reach check: a member i can't ping directly is
-// unreachable in i's view after ReachMin to ReachMax ticks),
+// the coordinator's reach check, run by the coordinator's own policy
+// (internal/reach) on the model's pings, and late nodes whose loops lag
+// and whose ticks bunch),
 // gossip broadcasts and push/pull state exchanges carried as the real
 // encoded messages, an authority (each node's gossip authority, or a strict
 // compare-and-swap authority like the SQL one), a fenced resource in Exact

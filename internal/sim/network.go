@@ -31,14 +31,12 @@ type network struct {
 	// blind[i][j]: i's failure detector wrongly holds j dead (asymmetric
 	// loss that defeats even indirect probes), so views disagree.
 	blind [][]bool
-	// unreach[i][j]: i's own pings of j fail (the coordinator's reach
-	// check): j is in i's view but doesn't count for its quorum. A change
-	// to unreachable takes ReachMin to ReachMax ticks (missed checks); one
-	// answer clears it the next tick.
+	// unreach[i][j]: i's reach check counts j unreachable (see
+	// stepReach): j is in i's view but doesn't count for its quorum.
 	unreach [][]bool
-	uflip   [][]uint64
-	usince  [][]uint64 // tick unreach[i][j] last became true
-	uheld   [][]bool   // held past ReachHold: counts again until j answers
+	// unpingable[i][j]: the last tick a ping from i to j could not have
+	// been answered (a cut, a dead or blind j), for the self-blame check.
+	unpingable [][]uint64
 	// sniffed holds the last messages the network carried, with their
 	// channels: what an adversary on the path can copy and replay.
 	sniffed []sniffedMsg
@@ -69,9 +67,7 @@ func newNetwork(s *Sim, n int) *network {
 		nw.flip = append(nw.flip, make([]uint64, n))
 		nw.blind = append(nw.blind, make([]bool, n))
 		nw.unreach = append(nw.unreach, make([]bool, n))
-		nw.uflip = append(nw.uflip, make([]uint64, n))
-		nw.usince = append(nw.usince, make([]uint64, n))
-		nw.uheld = append(nw.uheld, make([]bool, n))
+		nw.unpingable = append(nw.unpingable, make([]uint64, n))
 		nw.leavingHeard = append(nw.leavingHeard, make([]uint64, n))
 		nw.goneHeard = append(nw.goneHeard, make([]uint64, n))
 		for j := range n {
@@ -140,7 +136,7 @@ func (nw *network) step() {
 			}
 		}
 	}
-	if s.cfg.ReachMax > 0 {
+	if s.cfg.ReachSpan > 0 {
 		nw.stepReach()
 	}
 	// Anti-entropy: every PushPull ticks each node exchanges full state
@@ -164,54 +160,6 @@ func (nw *network) step() {
 		if nw.dirty[i] && n.running() {
 			nw.dirty[i] = false
 			n.setView()
-		}
-	}
-}
-
-// stepReach moves the reach checks one tick towards the truth: a direct
-// ping of j from i needs both directions up and j answering. It models
-// the check as always running (the real one runs only while memberlist
-// reports trouble, which a cut always causes), and the bound on how long a
-// member memberlist still lists counts as unreachable: ReachHold ticks.
-func (nw *network) stepReach() {
-	s := nw.s
-	for i, n := range s.nodes {
-		if !n.running() {
-			continue
-		}
-		for j := range s.nodes {
-			truth := i != j && (!nw.bidi(i, j) || !nw.answers(j) || nw.blind[i][j])
-			if !truth {
-				nw.uheld[i][j] = false // j answers: a later loss counts anew
-			}
-			if truth && nw.unreach[i][j] && s.now-nw.usince[i][j] >= uint64(s.cfg.ReachHold) {
-				nw.uheld[i][j] = true // past the hold: memberlist's verdict stands
-			}
-			if nw.uheld[i][j] {
-				truth = false
-			}
-			if truth == nw.unreach[i][j] {
-				nw.uflip[i][j] = 0
-				continue
-			}
-			if nw.uflip[i][j] == 0 {
-				d := 1
-				if truth {
-					d = s.between(s.cfg.ReachMin, s.cfg.ReachMax)
-				}
-				nw.uflip[i][j] = s.now + uint64(d)
-				continue
-			}
-			if s.now >= nw.uflip[i][j] {
-				nw.uflip[i][j] = 0
-				nw.unreach[i][j] = truth
-				if truth {
-					nw.usince[i][j] = s.now
-				}
-				if nw.sees[i][j] {
-					nw.dirty[i] = true
-				}
-			}
 		}
 	}
 }

@@ -3,8 +3,11 @@ package sim
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
+	"time"
 
+	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -46,6 +49,12 @@ type node struct {
 	// Release that cleans one up is the tail of an abandoned call.
 	overran map[ownership.Token]bool
 	ticks   uint64 // the machine's ticks this life
+	// The reach check (reach.go): its policy, the round in flight, when
+	// the loop last ran, and until when it lags (the late fault).
+	rc        *reach.Check
+	round     *reachRound
+	ranAt     time.Time
+	lateUntil uint64
 }
 
 // handlerCall is an Acquire or a Release in progress.
@@ -82,6 +91,10 @@ func (n *node) start(bootstrap bool) {
 	n.calls = make([]*handlerCall, s.cfg.Partitions)
 	n.overran = make(map[ownership.Token]bool)
 	n.ticks = 0
+	// The check draws from its own source, so that the schedules' draws
+	// don't depend on its.
+	rnd := rand.New(rand.NewPCG(s.cfg.Seed, uint64(n.idx)<<32|uint64(n.life)))
+	n.rc, n.round, n.ranAt, n.lateUntil = reach.New(s.reachConfig(), rnd), nil, time.Time{}, 0
 	c := s.cfg
 	knobs := c.Knobs
 	m, err := ownership.NewMachine(ownership.MachineConfig{
@@ -104,8 +117,6 @@ func (n *node) start(bootstrap bool) {
 			s.net.sees[n.idx][j] = j == n.idx
 			s.net.flip[n.idx][j] = 0
 			s.net.unreach[n.idx][j] = false
-			s.net.uflip[n.idx][j] = 0
-			s.net.uheld[n.idx][j] = false
 		}
 		s.net.left[n.idx] = nil
 		s.net.metaChanged(n)
@@ -172,6 +183,8 @@ func (n *node) tick() {
 		ticks = 2
 	case n.skew < 0 && s.now%2 == 1:
 		ticks = 0
+	case n.late():
+		ticks = 2 * int(s.now%2) // bunched: none, then two
 	}
 	for range ticks {
 		s.Events++

@@ -106,7 +106,7 @@ func (s *Sim) HealAll() {
 	s.res.outage = false
 	for _, n := range s.nodes {
 		n.resume()
-		n.skew = 0
+		n.skew, n.lateUntil = 0, 0
 		if !n.up {
 			n.start(false)
 		}
@@ -133,6 +133,7 @@ var faultKinds = []struct {
 	{"split", 6}, {"oneway", 3}, {"bridge", 2}, {"drops", 2}, {"crash", 4}, {"crash-restart", 4},
 	{"pause", 5}, {"skew", 2}, {"leave", 2}, {"outage", 2}, {"reset", 1}, {"forge", 2}, {"reshape", 2},
 	{"crash-minter", 2}, {"blind", 4}, {"replay", 2}, {"leave-split", 4}, {"leave-crash", 2},
+	{"late", 4},
 }
 
 func (s *Sim) drawFault() string {
@@ -271,6 +272,10 @@ func (s *Sim) apply(kind string, d int) {
 			s.logFault("crash the next minter")
 			s.chk.crashMinter = true
 		}
+	case "late":
+		if x := pick(); x.running() {
+			s.Late(x.idx, s.between(1, 3*s.cfg.Grace))
+		}
 	case "reset":
 		s.Reset()
 	case "forge":
@@ -369,6 +374,14 @@ func (s *Sim) Pause(i, d int) {
 			n.resume()
 		}
 	})
+}
+
+// Late makes node i's loop lag for d ticks: its ticks bunch, and its
+// reach check sees the lag.
+func (s *Sim) Late(i, d int) {
+	n := s.nodes[i]
+	s.logFault("late %s %d", n.name, d)
+	n.lateUntil = s.now + uint64(d)
 }
 
 // Leave makes node i leave gracefully.

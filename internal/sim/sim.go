@@ -29,10 +29,11 @@ type Config struct {
 	// another became unreachable (the spread across observers is what
 	// quorum and grace must cover); JoinDelay, that one became reachable.
 	DetectMin, DetectMax, JoinDelay int
-	// ReachMin and ReachMax bound how long a node's reach check takes to
-	// count a member it can't ping unreachable (0: no reach check), and
+	// ReachSpan is how long a node's reach check (internal/reach, the
+	// coordinator's policy: a round of pings every tick) must see a member
+	// miss before it counts it unreachable (0: no reach check), and
 	// ReachHold how long it does while memberlist still lists the member.
-	ReachMin, ReachMax, ReachHold int
+	ReachSpan, ReachHold int
 	// GossipDelay bounds the delay of a broadcast; PushPull is the period
 	// of full state exchanges.
 	GossipDelay, PushPull int
@@ -66,6 +67,13 @@ type Bugs struct {
 	// Leaving as a graceful leave, goodbye heard or not (issue 19, defect
 	// 4: a leave during a split gave both sides a quorum).
 	GracefulByFlag bool
+	// ReachAllMembers makes the reach check ping every member each round
+	// and ignore the node's own lateness, as the first version did (issues
+	// 20 and 22: the reach storm).
+	ReachAllMembers bool
+	// ReachIgnoresLag makes the reach check ping, and count its rounds,
+	// while the node is late.
+	ReachIgnoresLag bool
 }
 
 // DefaultConfig returns timings in the proportions of the local preset.
@@ -74,7 +82,7 @@ func DefaultConfig(seed uint64) Config {
 		Seed: seed, Nodes: 5, Partitions: 16,
 		Grace: 12, Handoff: 10, StepDown: 3, StableAfter: 25,
 		Retry: 2, MaxRetry: 16, Acquire: 12, Release: 12,
-		DetectMin: 2, DetectMax: 6, JoinDelay: 3, ReachMin: 1, ReachMax: 3, ReachHold: 24,
+		DetectMin: 2, DetectMax: 6, JoinDelay: 3, ReachSpan: 2, ReachHold: 24,
 		GossipDelay: 2, PushPull: 10,
 	}
 }

@@ -159,6 +159,8 @@ var controls = []control{
 	{"forget_fenced_view", func(c *Config) { c.Knobs.ForgetFencedView = true }, "duel"},
 	{"any_kind_as_state", func(c *Config) { c.Bugs.AnyKindAsState = true }, "crash"},
 	{"graceful_by_flag", func(c *Config) { c.Bugs.GracefulByFlag = true }, "two quorums"},
+	{"reach_all_members", func(c *Config) { c.Bugs.ReachAllMembers = true }, "reach storm"},
+	{"reach_ignores_lag", func(c *Config) { c.Bugs.ReachIgnoresLag = true }, "self-blame"},
 }
 
 // maxSchedules bounds how long a control may survive.

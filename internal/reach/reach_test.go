@@ -1,0 +1,198 @@
+package reach
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// local is the coordinator's local preset: ProbeInterval 200 ms,
+// ProbeTimeout 100 ms, reachSpan 1.5 s, reachHold 5 s.
+var local = Config{
+	Interval: 200 * time.Millisecond, Timeout: 100 * time.Millisecond,
+	Span: 1500 * time.Millisecond, Hold: 5 * time.Second, Misses: 3, LagLimit: 50 * time.Millisecond,
+}
+
+func view(n int) []Member {
+	var out []Member
+	for i := 1; i < n; i++ {
+		out = append(out, Member{Name: fmt.Sprintf("m%02d", i), Incarnation: 1})
+	}
+	return out
+}
+
+// rounds runs a round every Interval from t0 until d has passed: answer
+// says whether a member answers. It returns how many pings each member got
+// and the largest round.
+func rounds(c *Check, members []Member, t0 time.Time, d time.Duration, answer func(string) bool) (map[string]int, int) {
+	got := map[string]int{}
+	most := 0
+	for at := time.Duration(0); at <= d; at += c.cfg.Interval {
+		now := t0.Add(at)
+		c.Lagged(now, 0)
+		due := c.Due(now, true, members)
+		most = max(most, len(due))
+		res := map[string]bool{}
+		for _, m := range due {
+			got[m.Name]++
+			res[m.Name] = answer(m.Name)
+		}
+		if len(due) > 0 {
+			c.Done(now, now.Add(c.cfg.Timeout), res, members)
+		}
+	}
+	return got, most
+}
+
+func TestSampleSize(t *testing.T) {
+	for _, c := range []struct{ n, want int }{
+		{1, 0}, {2, 1}, {5, 4}, {16, 4}, {17, 5}, {50, 6}, {100, 7}, {10_000, 14},
+	} {
+		if got := SampleSize(c.n); got != c.want {
+			t.Errorf("SampleSize(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+}
+
+// A round pings SampleSize members, not the whole view, and the least
+// recently pinged first: every member of a 50-member view is pinged once
+// every ceil(49/6) = 9 rounds.
+func TestRoundsAreBoundedAndCoverTheView(t *testing.T) {
+	c := New(local, rand.New(rand.NewPCG(1, 2)))
+	members := view(50)
+	t0 := time.Unix(1000, 0)
+	got, most := rounds(c, members, t0, 8*local.Interval, func(string) bool { return true })
+	if most != 6 {
+		t.Fatalf("a round pinged %d members of 50, want 6", most)
+	}
+	if len(got) != 49 {
+		t.Fatalf("9 rounds pinged %d distinct members, want all 49", len(got))
+	}
+	for name, k := range got {
+		if k > 2 {
+			t.Fatalf("%s pinged %d times in 9 rounds while others waited", name, k)
+		}
+	}
+	if c.Pings() != 9*6 {
+		t.Fatalf("Pings = %d, want 54", c.Pings())
+	}
+	// Not troubled: no round.
+	if due := c.Due(t0.Add(time.Hour), false, members); due != nil {
+		t.Fatalf("a round while not troubled: %v", due)
+	}
+}
+
+// A node cut off from everyone counts every member unreachable after Span
+// (though each member was pinged only once or twice, never three times),
+// and none before; a node that reaches a majority counts nobody.
+func TestIsolatedNodeAtScale(t *testing.T) {
+	members := view(50)
+	t0 := time.Unix(1000, 0)
+	c := New(local, rand.New(rand.NewPCG(1, 2)))
+	rounds(c, members, t0, local.Span-local.Interval, func(string) bool { return false })
+	if un := c.Unreachable(t0.Add(local.Span-local.Interval), true, members); len(un) != 0 {
+		t.Fatalf("before Span: %d unreachable", len(un))
+	}
+	rounds(c, members, t0.Add(local.Span), 0, func(string) bool { return false })
+	if un := c.Unreachable(t0.Add(local.Span), true, members); len(un) != 49 {
+		t.Fatalf("cut off for Span: %d of 49 unreachable", len(un))
+	}
+	if un := c.Unreachable(t0.Add(local.Span), false, members); len(un) != 0 {
+		t.Fatalf("not troubled: %d unreachable", len(un))
+	}
+	// Past Span+Hold from each member's first miss (all were pinged
+	// within the first 9 rounds), nobody counts.
+	later := t0.Add(9*local.Interval + local.Span + local.Hold)
+	rounds(c, members, t0.Add(local.Span+local.Interval), later.Sub(t0)-local.Span-local.Interval, func(string) bool { return false })
+	if un := c.Unreachable(later, true, members); len(un) != 0 {
+		t.Fatalf("after Span+Hold: %d still unreachable", len(un))
+	}
+
+	// 30 of 49 answer: a majority; nobody counts (no member misses three
+	// pings in a row within Span at this sample size).
+	c = New(local, rand.New(rand.NewPCG(1, 2)))
+	rounds(c, members, t0, local.Span, func(name string) bool { return name > "m19" })
+	if un := c.Unreachable(t0.Add(local.Span), true, members); len(un) != 0 {
+		t.Fatalf("reaching 30 of 49: %d unreachable", len(un))
+	}
+	// 15 of 49 answer: a minority; the others count.
+	c = New(local, rand.New(rand.NewPCG(1, 2)))
+	rounds(c, members, t0, local.Span, func(name string) bool { return name > "m34" })
+	un := c.Unreachable(t0.Add(local.Span), true, members)
+	if len(un) != 34 || slices.ContainsFunc(un, func(n string) bool { return n > "m34" }) {
+		t.Fatalf("reaching 15 of 49: unreachable %v", un)
+	}
+}
+
+// A late node pings nobody, a round it was late for doesn't count, and a
+// node late for a whole Span has no verdict, however its pings fared.
+func TestLateNodeNeitherPingsNorBlames(t *testing.T) {
+	members := view(5)
+	t0 := time.Unix(1000, 0)
+	c := New(local, rand.New(rand.NewPCG(1, 2)))
+	c.Lagged(t0, 120*time.Millisecond)
+	if !c.Late(t0) || c.Lag(t0) != 120*time.Millisecond {
+		t.Fatalf("after a lag of 120ms: late %v, lag %v", c.Late(t0), c.Lag(t0))
+	}
+	if due := c.Due(t0, true, members); due != nil {
+		t.Fatalf("a late node pinged %v", due)
+	}
+	if c.Late(t0.Add(local.Interval)) {
+		t.Fatal("still late an Interval after the last lag")
+	}
+	// A round with a lag spike in it, and one read too late: neither counts.
+	start := t0.Add(local.Interval)
+	miss := map[string]bool{}
+	for _, m := range c.Due(start, true, members) {
+		miss[m.Name] = false
+	}
+	c.Lagged(start.Add(20*time.Millisecond), 60*time.Millisecond)
+	if c.Done(start, start.Add(local.Timeout), miss, members) {
+		t.Fatal("a round the node was late for counted")
+	}
+	start = start.Add(2 * local.Interval)
+	c.Due(start, true, members)
+	if c.Done(start, start.Add(local.Timeout+local.LagLimit+time.Millisecond), miss, members) {
+		t.Fatal("a round whose answers were read late counted")
+	}
+	// Late every tick for long: whatever the pings say, nobody counts.
+	for at := time.Duration(0); at < 3*local.Span; at += 20 * time.Millisecond {
+		now := start.Add(local.Interval + at)
+		c.Lagged(now, 100*time.Millisecond)
+		if due := c.Due(now, true, members); due != nil {
+			t.Fatalf("pinged while late: %v", due)
+		}
+	}
+	if un := c.Unreachable(start.Add(3*local.Span), true, members); len(un) != 0 {
+		t.Fatalf("a late node counts %v unreachable", un)
+	}
+	// The storm's policy pings everyone anyway.
+	storm := New(Config{Interval: local.Interval, Span: local.Span, LagLimit: local.LagLimit, PingAll: true, IgnoreLag: true}, rand.New(rand.NewPCG(1, 2)))
+	storm.Lagged(t0, time.Second)
+	if due := storm.Due(t0, true, view(50)); len(due) != 49 {
+		t.Fatalf("PingAll pinged %d of 49", len(due))
+	}
+}
+
+// A tick's lag: how long after it fired the loop ran it, or how far the
+// gap since the previous tick exceeds the interval.
+func TestTickLag(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	every := 20 * time.Millisecond
+	for _, c := range []struct {
+		prev, fired, now time.Time
+		want             time.Duration
+	}{
+		{time.Time{}, t0, t0, 0},
+		{t0, t0.Add(every), t0.Add(every), 0},
+		{t0, t0.Add(every), t0.Add(every + 5*time.Millisecond), 5 * time.Millisecond},
+		{t0, t0.Add(every), t0.Add(5 * every), 4 * every}, // ticks dropped
+		{t0, t0.Add(4 * every), t0.Add(5 * every), 4 * every},
+	} {
+		if got := TickLag(c.prev, c.fired, c.now, every); got != c.want {
+			t.Errorf("TickLag(%v, %v, %v) = %v, want %v", c.prev.Sub(t0), c.fired.Sub(t0), c.now.Sub(t0), got, c.want)
+		}
+	}
+}
