@@ -262,7 +262,7 @@ func (s *Store) ReadBatch(ctx context.Context, t ownership.Token, max int) (Batc
 // wrapping sqlfence.ErrOffsetMoved and nothing is applied. An error
 // wrapping ownership.ErrOutcomeUnknown means the commit may have landed:
 // read the next batch from the committed offset (as ReadBatch does); its
-// commit fails with ErrOffsetMoved if this one did land.
+// commit fails with sqlfence.ErrOffsetMoved if this one did land.
 func (s *Store) Commit(ctx context.Context, b Batch) error {
 	return s.offsets.Commit(ctx, s.fence, b.Token, b.From, b.Next(), func(tx sqlfence.Tx) error {
 		return s.write(ctx, tx, b)

@@ -179,7 +179,7 @@ func TestInDoubtCommitNotAppliedTwice(t *testing.T) {
 				t.Fatal(err)
 			}
 			again := Batch{Token: owner, From: b.From, Events: b.Events}
-			if err := s.Commit(ctx, again); !errors.Is(err, ErrOffsetMoved) {
+			if err := s.Commit(ctx, again); !errors.Is(err, sqlfence.ErrOffsetMoved) {
 				t.Fatalf("second commit of the batch = %v, want ErrOffsetMoved", err)
 			}
 			r, err := s.Verify(ctx)
