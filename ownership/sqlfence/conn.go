@@ -70,8 +70,9 @@ const endTimeout = 10 * time.Second
 // On SQLite, which has no round trips to save, DoConn is Do: fn gets the
 // *sql.Tx.
 //
-// If fn returns an error, DoConn rolls back and returns it unchanged; a
-// panic in fn rolls back and goes on. As with Do, a ctx ended when fn
+// If fn returns an error, DoConn rolls back and returns it unchanged,
+// unless the server had ended the session (see ErrSessionEnded: the error
+// then wraps fn's); a panic in fn rolls back and goes on. As with Do, a ctx ended when fn
 // returns means no commit and ctx's error, and an error from the commit
 // itself wraps ownership.ErrOutcomeUnknown and no context error.
 func (f *Fence) DoConn(ctx context.Context, t ownership.Token, m ownership.Mode, fn func(tx Tx) error) error {
@@ -96,6 +97,10 @@ func (f *Fence) DoConn(ctx context.Context, t ownership.Token, m ownership.Mode,
 		return err
 	}
 	if err := fn(connTx{conn}); err != nil {
+		done = true
+		if !f.end(ctx, conn, "ROLLBACK") && ctx.Err() == nil {
+			return f.sessionEnded(ctx, t, err) // the server ended the session
+		}
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -121,7 +126,10 @@ func (f *Fence) begin(ctx context.Context, conn *sql.Conn, t ownership.Token, m 
 		// Perhaps the statements are not prepared on this connection yet
 		// (pgx and lib/pq say the prepared statement "does not exist";
 		// anything else, a serialization failure say, is the answer).
-		if !f.end(ctx, conn, "ROLLBACK") || !strings.Contains(err.Error(), "does not exist") {
+		if !f.end(ctx, conn, "ROLLBACK") && ctx.Err() == nil {
+			return f.sessionEnded(ctx, t, fmt.Errorf("sqlfence: begin and check %v: %w", t, err))
+		}
+		if !strings.Contains(err.Error(), "does not exist") {
 			return fmt.Errorf("sqlfence: begin and check %v: %w", t, err)
 		}
 		if perr := f.prepareOn(ctx, conn); perr != nil {

@@ -73,10 +73,13 @@
 //     database deduplicates it (Requests, or Offsets for a consumer's
 //     batches). A session the server ended before the commit
 //     (idle_in_transaction_session_timeout, pg_terminate_backend, a
-//     restart) is neither: fn's next statement fails with the driver's error (pgx:
+//     restart) fails fn's next statement with the driver's error (pgx:
 //     "FATAL: terminating connection due to idle-in-transaction timeout
-//     (SQLSTATE 25P03)"), Do returns it as fn's, and nothing committed:
-//     the server rolled the transaction back and released its locks. The
+//     (SQLSTATE 25P03)"); Do and DoConn return it wrapped in a
+//     *SessionEndedError (errors.Is ErrSessionEnded): nothing committed,
+//     the server rolled the transaction back and released its locks. If
+//     the partition's mark had moved past the token by then, the error
+//     wraps ownership.ErrStaleToken too: end the lease. Otherwise the
 //     lease may still be live; read the state again and retry. If the
 //     session ends during the COMMIT, the error wraps ErrOutcomeUnknown.
 //  6. Close the Fence when done (it holds prepared statements), then the
@@ -106,8 +109,8 @@
 //	db := stdlib.OpenDB(*cfg)
 //
 // (or "?options=-c%20idle_in_transaction_session_timeout%3D2s" in the
-// DSN); TestKilledSessionRollsBack holds what such a killed session looks
-// like to fn. SQLite has no such bound: a
+// DSN); TestKilledSessionRollsBack and TestTerminatedSessionClassified
+// hold what such a killed session looks like to the caller. SQLite has no such bound: a
 // process stopped inside a write transaction stalls every writer of the
 // file until it runs again or dies.
 //

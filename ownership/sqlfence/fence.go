@@ -207,7 +207,8 @@ func (f *Fence) Current(ctx context.Context, p uint32) (ownership.Token, error) 
 //
 // fn must do all its work through tx and must not commit or roll back.
 // If fn returns an error (or panics) the transaction rolls back and Do
-// returns fn's error unchanged (or re-panics). If ctx has ended when fn
+// returns fn's error unchanged (or re-panics), unless the server had ended
+// the session: then a *SessionEndedError wrapping it (ErrSessionEnded). If ctx has ended when fn
 // returns, Do does not commit and returns ctx's error: nothing was applied.
 // An error from the commit itself leaves the outcome unknown: it wraps
 // ownership.ErrOutcomeUnknown, never a context error (the write may have
@@ -224,10 +225,10 @@ func (f *Fence) Do(ctx context.Context, t ownership.Token, m ownership.Mode, fn 
 	}
 	defer tx.Rollback() // a no-op after Commit
 	if err := f.hold(ctx, tx, t, m); err != nil {
-		return err
+		return f.failed(ctx, tx, t, err)
 	}
 	if err := fn(tx); err != nil {
-		return err
+		return f.failed(ctx, tx, t, err)
 	}
 	if err := ctx.Err(); err != nil {
 		// database/sql rolls back a transaction whose context ended, and
@@ -238,6 +239,19 @@ func (f *Fence) Do(ctx context.Context, t ownership.Token, m ownership.Mode, fn 
 		return fmt.Errorf("sqlfence: commit under %v: %w: %v", t, ownership.ErrOutcomeUnknown, err)
 	}
 	return nil
+}
+
+// failed rolls tx back after err, which stops t's transaction before its
+// commit, and returns err, or a *SessionEndedError if the rollback could
+// not be sent: the server ended the session (a ctx that ended is the
+// cause of its own failure instead).
+func (f *Fence) failed(ctx context.Context, tx *sql.Tx, t ownership.Token, err error) error {
+	rerr := tx.Rollback()
+	if rerr == nil || errors.Is(rerr, sql.ErrTxDone) || ctx.Err() != nil ||
+		errors.Is(err, ownership.ErrStaleToken) || errors.Is(err, ownership.ErrNotFenced) {
+		return err
+	}
+	return f.sessionEnded(ctx, t, err)
 }
 
 // Close releases the statements the fence prepared on db (with SQLite).

@@ -11,6 +11,7 @@ import (
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/worker"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
 // Options tune a Node. The zero Options is valid.
@@ -45,7 +46,7 @@ type Options struct {
 	// AfterCommit, if set, is called with each batch the node committed or
 	// tried to, and Store.Commit's result: nil, an error wrapping
 	// ownership.ErrStaleToken (the batch was rejected and the node stops
-	// consuming the partition), ErrOffsetMoved (an earlier commit of the
+	// consuming the partition), sqlfence.ErrOffsetMoved (an earlier commit of the
 	// batch had landed; nothing was applied), or another error (perhaps
 	// committed: an error wrapping ownership.ErrOutcomeUnknown; the next
 	// batch is read from the committed offset). Use it for metrics and
@@ -191,7 +192,7 @@ func (n *Node) process(ctx context.Context, lease *ownership.Lease) (int, error)
 		n.events.Add(int64(len(b.Events)))
 	case errors.Is(err, ownership.ErrStaleToken):
 		n.rejected.Add(1)
-	case errors.Is(err, ErrOffsetMoved):
+	case errors.Is(err, sqlfence.ErrOffsetMoved):
 		// An earlier commit whose outcome was unknown did land: these
 		// events are applied; carry on from the committed offset.
 		return len(b.Events), nil

@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/tenure-go/tenure/ownership"
@@ -13,12 +12,15 @@ import (
 // DefaultPrefix is the table-name prefix when NewStore is given "".
 const DefaultPrefix = "consumer_"
 
-// ErrOffsetMoved is returned by Commit for a batch read from an offset
-// that is no longer the partition's committed one: an earlier commit of the
-// same events landed (one whose outcome was unknown, read again before it
-// was visible), so this one is not applied. Read the next batch from the
-// committed offset.
-var ErrOffsetMoved = errors.New("consumer: the committed offset moved since the batch was read")
+// ErrOffsetMoved is returned (wrapped) by Commit for a batch read from an
+// offset that is no longer the partition's committed one: an earlier
+// commit of the same events landed (one whose outcome was unknown, read
+// again before it was visible), so this one is not applied. Read the next
+// batch from the committed offset.
+//
+// Deprecated: it is sqlfence.ErrOffsetMoved, which the store's offsets
+// (sqlfence.Offsets) return; test for that one.
+var ErrOffsetMoved = sqlfence.ErrOffsetMoved
 
 // Event is one entry of the log.
 type Event struct {
@@ -46,11 +48,13 @@ func (b Batch) Next() int64 { return b.From + int64(len(b.Events)) }
 //
 //	events    (partition_id, event_offset, key, amount)  the append-only log
 //	offsets   (partition_id PRIMARY KEY, next_offset)    each partition's committed offset
+//	                                                     (a sqlfence.Offsets table)
 //	balances  (key PRIMARY KEY, total)                   the output: the sum of amounts per key
-//	applied   (partition_id, event_offset, epoch, owner) every application of an event, with
-//	                                                     the token that made it; deliberately
-//	                                                     without a unique key, so that an event
-//	                                                     applied twice shows up instead of failing
+//	applied   (seq, partition_id, event_offset,          every application of an event, in commit
+//	           epoch, owner)                             order, with the token that made it;
+//	                                                     deliberately without a unique key, so that
+//	                                                     an event applied twice shows up instead
+//	                                                     of failing
 //	fence                                                the sqlfence table (tokens per partition)
 //
 // The outputs and the offsets live in the same database as the fence, so
@@ -59,16 +63,17 @@ func (b Batch) Next() int64 { return b.From + int64(len(b.Events)) }
 //
 // A Store is safe for concurrent use.
 type Store struct {
-	db    *sql.DB
-	fence *sqlfence.Fence
-	q     queries
+	db      *sql.DB
+	fence   *sqlfence.Fence
+	offsets *sqlfence.Offsets
+	q       queries
 }
 
 type queries struct {
-	tables, schema                                 []string
-	appendEvent, readOffset, readEvents            string
-	addBalance, logApplied, commitOffset, lag      string
-	allEvents, allApplied, allBalances, allOffsets string
+	tables, schema                                      []string
+	offsetsTable                                        string
+	appendEvent, readEvents, addBalance, logApplied     string
+	lag, allEvents, allApplied, allBalances, allOffsets string
 }
 
 // NewStore returns a store on db whose tables are named with prefix
@@ -82,11 +87,15 @@ func NewStore(db *sql.DB, d sqlfence.Dialect, prefix string) (*Store, error) {
 	if err := checkPrefix(prefix); err != nil {
 		return nil, err
 	}
+	offsets, err := sqlfence.NewOffsets(d, sqlfence.OffsetsConfig{Table: prefix + "offsets"})
+	if err != nil {
+		return nil, err
+	}
 	fence, err := sqlfence.New(db, d, sqlfence.Config{Table: prefix + "fence"})
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, fence: fence, q: newQueries(prefix)}, nil
+	return &Store{db: db, fence: fence, offsets: offsets, q: newQueries(prefix, d)}, nil
 }
 
 func checkPrefix(p string) error {
@@ -101,11 +110,16 @@ func checkPrefix(p string) error {
 	return nil
 }
 
-func newQueries(prefix string) queries {
+func newQueries(prefix string, d sqlfence.Dialect) queries {
 	t := func(name string) string { return `"` + prefix + name + `"` }
 	events, offsets, balances, applied := t("events"), t("offsets"), t("balances"), t("applied")
+	serial := "BIGSERIAL PRIMARY KEY"
+	if d.String() == "sqlite" {
+		serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
+	}
 	return queries{
-		tables: []string{events, offsets, balances, applied, t("fence")},
+		tables:       []string{events, offsets, balances, applied, t("fence")},
+		offsetsTable: offsets,
 		schema: []string{
 			`CREATE TABLE IF NOT EXISTS ` + events + ` (
 	partition_id BIGINT NOT NULL,
@@ -113,13 +127,11 @@ func newQueries(prefix string) queries {
 	key TEXT NOT NULL,
 	amount BIGINT NOT NULL,
 	PRIMARY KEY (partition_id, event_offset))`,
-			`CREATE TABLE IF NOT EXISTS ` + offsets + ` (
-	partition_id BIGINT NOT NULL PRIMARY KEY,
-	next_offset BIGINT NOT NULL)`,
 			`CREATE TABLE IF NOT EXISTS ` + balances + ` (
 	key TEXT NOT NULL PRIMARY KEY,
 	total BIGINT NOT NULL)`,
 			`CREATE TABLE IF NOT EXISTS ` + applied + ` (
+	seq ` + serial + `,
 	partition_id BIGINT NOT NULL,
 	event_offset BIGINT NOT NULL,
 	epoch BIGINT NOT NULL,
@@ -130,18 +142,15 @@ func newQueries(prefix string) queries {
 		appendEvent: `INSERT INTO ` + events + ` (partition_id, event_offset, key, amount)
 SELECT $1, COALESCE(MAX(event_offset) + 1, 0), $2, $3 FROM ` + events + ` WHERE partition_id = $1
 RETURNING event_offset`,
-		readOffset: `SELECT next_offset FROM ` + offsets + ` WHERE partition_id = $1`,
 		readEvents: `SELECT event_offset, key, amount FROM ` + events + `
 WHERE partition_id = $1 AND event_offset >= $2 ORDER BY event_offset LIMIT $3`,
 		addBalance: `INSERT INTO ` + balances + ` AS b (key, total) VALUES ($1, $2)
 ON CONFLICT (key) DO UPDATE SET total = b.total + excluded.total`,
 		logApplied: `INSERT INTO ` + applied + ` (partition_id, event_offset, epoch, owner) VALUES ($1, $2, $3, $4)`,
-		commitOffset: `INSERT INTO ` + offsets + ` (partition_id, next_offset) VALUES ($1, $2)
-ON CONFLICT (partition_id) DO UPDATE SET next_offset = excluded.next_offset`,
 		lag: `SELECT COUNT(*) FROM ` + events + ` e WHERE e.event_offset >=
 COALESCE((SELECT o.next_offset FROM ` + offsets + ` o WHERE o.partition_id = e.partition_id), 0)`,
-		allEvents:   `SELECT partition_id, event_offset, key, amount FROM ` + events,
-		allApplied:  `SELECT partition_id, event_offset FROM ` + applied,
+		allEvents:   `SELECT partition_id, event_offset, key, amount FROM ` + events + ` ORDER BY partition_id, event_offset`,
+		allApplied:  `SELECT partition_id, event_offset FROM ` + applied + ` ORDER BY seq`,
 		allBalances: `SELECT key, total FROM ` + balances,
 		allOffsets:  `SELECT partition_id, next_offset FROM ` + offsets,
 	}
@@ -154,6 +163,9 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("consumer: create schema: %w", err)
 		}
+	}
+	if err := s.offsets.CreateSchema(ctx, s.db); err != nil {
+		return err
 	}
 	return s.fence.CreateSchema(ctx)
 }
@@ -203,15 +215,7 @@ func (s *Store) Append(ctx context.Context, events ...Event) ([]Event, error) {
 // Offset returns partition p's committed offset: the first event not yet
 // consumed.
 func (s *Store) Offset(ctx context.Context, p uint32) (int64, error) {
-	var next int64
-	err := s.db.QueryRowContext(ctx, s.q.readOffset, int64(p)).Scan(&next)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("consumer: offset of p%d: %w", p, err)
-	}
-	return next, nil
+	return s.offsets.Get(ctx, s.db, p)
 }
 
 // ReadBatch reads up to max events of the token's partition from its
@@ -249,48 +253,24 @@ func (s *Store) ReadBatch(ctx context.Context, t ownership.Token, max int) (Batc
 
 // Commit applies b's events to the outputs and moves the partition's
 // offset past them, in one transaction that commits only if b's token is
-// still the partition's fencing token (ownership.Exact) and the
-// partition's committed offset is still b.From. If a newer owner has
+// still the partition's fencing token and the partition's committed
+// offset is still b.From (sqlfence.Offsets.Commit). If a newer owner has
 // fenced the partition it returns an error wrapping ownership.ErrStaleToken
 // and nothing is applied: the newer owner consumes these events from the
 // committed offset instead. If the offset moved (an earlier commit of these
-// events landed, though its caller did not learn it) it returns
-// ErrOffsetMoved and nothing is applied. An error wrapping
-// ownership.ErrOutcomeUnknown means the commit may have landed: read the
-// next batch from the committed offset (as ReadBatch does); its commit
-// fails with ErrOffsetMoved if this one did land.
-//
-// Exact, not Monotonic: the coordinator fences every new token before the
-// owner reads, so the owner always writes under the mark, and a token
-// above the mark would be an owner that read the offset without fencing
-// first. Monotonic would let that owner's first commit advance the mark
-// after a stale owner had moved the offset under it: it would apply
-// events twice.
+// events landed, though its caller did not learn it) it returns an error
+// wrapping sqlfence.ErrOffsetMoved and nothing is applied. An error
+// wrapping ownership.ErrOutcomeUnknown means the commit may have landed:
+// read the next batch from the committed offset (as ReadBatch does); its
+// commit fails with sqlfence.ErrOffsetMoved if this one did land.
 func (s *Store) Commit(ctx context.Context, b Batch) error {
-	return s.fence.Do(ctx, b.Token, ownership.Exact, func(tx *sql.Tx) error {
-		return s.apply(ctx, tx, b)
+	return s.offsets.Commit(ctx, s.fence, b.Token, b.From, b.Next(), func(tx sqlfence.Tx) error {
+		return s.write(ctx, tx, b)
 	})
 }
 
-// apply checks that b was read from the committed offset, then writes b's
-// effect and its new offset in tx.
-func (s *Store) apply(ctx context.Context, tx *sql.Tx, b Batch) error {
-	var from int64
-	err := tx.QueryRowContext(ctx, s.q.readOffset, int64(b.Token.Partition)).Scan(&from)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		from = 0
-	case err != nil:
-		return fmt.Errorf("consumer: read the offset of p%d: %w", b.Token.Partition, err)
-	}
-	if from != b.From {
-		return fmt.Errorf("%w: p%d batch read from %d, committed offset %d", ErrOffsetMoved, b.Token.Partition, b.From, from)
-	}
-	return s.write(ctx, tx, b)
-}
-
-// write writes b's effect and its new offset in tx, unchecked.
-func (s *Store) write(ctx context.Context, tx *sql.Tx, b Batch) error {
+// write writes b's effect in tx, unchecked; not its offset.
+func (s *Store) write(ctx context.Context, tx sqlfence.Tx, b Batch) error {
 	for _, e := range b.Events {
 		if _, err := tx.ExecContext(ctx, s.q.addBalance, e.Key, e.Amount); err != nil {
 			return fmt.Errorf("consumer: apply p%d@%d: %w", e.Partition, e.Offset, err)
@@ -298,9 +278,6 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, b Batch) error {
 		if _, err := tx.ExecContext(ctx, s.q.logApplied, int64(e.Partition), e.Offset, int64(b.Token.Epoch), b.Token.Owner); err != nil {
 			return fmt.Errorf("consumer: apply p%d@%d: %w", e.Partition, e.Offset, err)
 		}
-	}
-	if _, err := tx.ExecContext(ctx, s.q.commitOffset, int64(b.Token.Partition), b.Next()); err != nil {
-		return fmt.Errorf("consumer: commit offset of p%d: %w", b.Token.Partition, err)
 	}
 	return nil
 }

@@ -128,8 +128,8 @@ func TestNewStorePrefix(t *testing.T) {
 	}
 }
 
-// unfencedCommit is Store.Commit without the fence and the offset check:
-// the same writes in a plain transaction.
+// unfencedCommit is Store.Commit without the fence and the offset's
+// compare-and-set: the same writes in a plain transaction.
 func unfencedCommit(s *Store) func(context.Context, Batch) error {
 	return func(ctx context.Context, b Batch) error {
 		tx, err := s.db.BeginTx(ctx, nil)
@@ -138,6 +138,9 @@ func unfencedCommit(s *Store) func(context.Context, Batch) error {
 		}
 		defer tx.Rollback()
 		if err := s.write(ctx, tx, b); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE `+s.q.offsetsTable+` SET next_offset = $2 WHERE partition_id = $1`, int64(b.Token.Partition), b.Next()); err != nil {
 			return err
 		}
 		return tx.Commit()
@@ -176,7 +179,7 @@ func TestInDoubtCommitNotAppliedTwice(t *testing.T) {
 				t.Fatal(err)
 			}
 			again := Batch{Token: owner, From: b.From, Events: b.Events}
-			if err := s.Commit(ctx, again); !errors.Is(err, ErrOffsetMoved) {
+			if err := s.Commit(ctx, again); !errors.Is(err, sqlfence.ErrOffsetMoved) {
 				t.Fatalf("second commit of the batch = %v, want ErrOffsetMoved", err)
 			}
 			r, err := s.Verify(ctx)

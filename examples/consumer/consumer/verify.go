@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+
+	"github.com/tenure-go/tenure/coordinator/worker"
 )
 
 // Report is what Verify found. A run is correct when every count below
@@ -12,9 +14,12 @@ import (
 type Report struct {
 	Events       int // events in the log
 	Applications int // rows of the applied log
-	// Missing counts events never applied, DoubleApplied events applied
-	// more than once, Phantoms applications of events not in the log.
-	Missing, DoubleApplied, Phantoms int
+	// Missing counts events never applied, DoubleApplied applications of
+	// an event already applied, Phantoms applications of events not in
+	// the log, OutOfOrder applications of an event after a later one of
+	// its partition: worker.Check's Gaps, Duplicates, Unknown and
+	// OutOfOrder.
+	Missing, DoubleApplied, Phantoms, OutOfOrder int
 	// BadBalances counts keys whose total is not the sum of their events'
 	// amounts; BadOffsets partitions whose committed offset is not the end
 	// of their log.
@@ -32,6 +37,7 @@ func (r Report) Err() error {
 	add(r.Missing, "events never applied")
 	add(r.DoubleApplied, "events applied more than once")
 	add(r.Phantoms, "applications of unknown events")
+	add(r.OutOfOrder, "applications out of order")
 	add(r.BadBalances, "wrong balances")
 	add(r.BadOffsets, "offsets not at the end of the log")
 	if len(v) == 0 {
@@ -41,19 +47,17 @@ func (r Report) Err() error {
 }
 
 // Verify checks the store after a run: every event of the log applied
-// exactly once (by the applied log), every balance the sum of its key's
-// events, every committed offset at the end of its partition. Run it when
-// no consumer is running and Lag is 0; before that, Missing and BadOffsets
-// count the backlog.
+// exactly once and in order per partition (worker.Check of the log and
+// the applied log), every balance the sum of its key's events, every
+// committed offset at the end of its partition. Run it when no consumer
+// is running and Lag is 0; before that, Missing and BadOffsets count the
+// backlog.
 func (s *Store) Verify(ctx context.Context) (Report, error) {
-	type pos struct {
-		p   uint32
-		off int64
-	}
-	var r Report
-	applied := map[pos]int{}   // applications per event
-	ends := map[uint32]int64{} // per partition: the offset after its last event
-	sums := map[string]int64{} // per key: the sum of its events' amounts
+	var (
+		produced []worker.Record
+		ends     = map[uint32]int64{} // per partition: the offset after its last event
+		sums     = map[string]int64{} // per key: the sum of its events' amounts
+	)
 	err := s.scan(ctx, s.q.allEvents, func(rows *sql.Rows) error {
 		var (
 			e Event
@@ -62,30 +66,14 @@ func (s *Store) Verify(ctx context.Context) (Report, error) {
 		if err := rows.Scan(&p, &e.Offset, &e.Key, &e.Amount); err != nil {
 			return err
 		}
-		r.Events++
-		applied[pos{uint32(p), e.Offset}] = 0
+		produced = append(produced, worker.Record{Partition: uint32(p), ID: fmt.Sprint(e.Offset)})
 		ends[uint32(p)] = max(ends[uint32(p)], e.Offset+1)
 		sums[e.Key] += e.Amount
 		return nil
 	})
+	var applied []worker.Record
 	if err == nil {
-		err = s.scan(ctx, s.q.allApplied, func(rows *sql.Rows) error {
-			var (
-				p   int64
-				off int64
-			)
-			if err := rows.Scan(&p, &off); err != nil {
-				return err
-			}
-			r.Applications++
-			k := pos{uint32(p), off}
-			if _, ok := applied[k]; !ok {
-				r.Phantoms++
-				return nil
-			}
-			applied[k]++
-			return nil
-		})
+		applied, err = worker.Query(ctx, s.db, s.q.allApplied)
 	}
 	totals := map[string]int64{}
 	if err == nil {
@@ -116,14 +104,8 @@ func (s *Store) Verify(ctx context.Context) (Report, error) {
 		return Report{}, fmt.Errorf("consumer: verify: %w", err)
 	}
 
-	for _, n := range applied {
-		switch {
-		case n == 0:
-			r.Missing++
-		case n > 1:
-			r.DoubleApplied++
-		}
-	}
+	c := worker.Check(produced, applied)
+	r := Report{Events: c.Produced, Applications: c.Applied, Missing: c.Gaps, DoubleApplied: c.Duplicates, Phantoms: c.Unknown, OutOfOrder: c.OutOfOrder}
 	for key, sum := range sums {
 		if t, ok := totals[key]; !ok || t != sum {
 			r.BadBalances++

@@ -1,0 +1,9 @@
+package natssource_test
+
+import (
+	"testing"
+
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
+)
+
+func TestMain(m *testing.M) { tenuretest.VerifyTestMain(m) }
