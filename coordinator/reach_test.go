@@ -160,7 +160,7 @@ func TestReachRule(t *testing.T) {
 	l := &loop{c: &Coordinator{cfg: cfg}, reach: map[string]reachState{}, health: func() int { return health }}
 	span, hold := reachSpan(cfg), reachHold(cfg)
 	if span != 1500*time.Millisecond || hold != 5*time.Second {
-		t.Fatalf("local preset: span %v, hold %v; want 1.5s, 5s (the README says so)", span, hold)
+		t.Fatalf("local preset: span %v, hold %v; want 1.5s, 5s (TIMING.md says so)", span, hold)
 	}
 	l.reach["a"] = reachState{misses: 2, since: clk.now}
 	l.reach["b"] = reachState{misses: 3, since: clk.now}
