@@ -164,7 +164,7 @@ func TestReachRule(t *testing.T) {
 	l.health = func() int { return health }
 	span, hold := reachSpan(cfg), reachHold(cfg)
 	if span != 1500*time.Millisecond || hold != 5*time.Second {
-		t.Fatalf("local preset: span %v, hold %v; want 1.5s, 5s (the README says so)", span, hold)
+		t.Fatalf("local preset: span %v, hold %v; want 1.5s, 5s (TIMING.md says so)", span, hold)
 	}
 	members := map[string]ownership.Member{"self": {Name: "self"}}
 	for _, n := range []string{"a", "b", "c", "d"} {

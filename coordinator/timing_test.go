@@ -10,15 +10,15 @@ import (
 	"github.com/tenure-go/tenure/ownership"
 )
 
-// The README's timing rule: with Grace above StepDown plus the spread of
-// failure detection, an owner cut off from the rest ends its leases before
-// the majority fences its partitions. The spread is the catch: an isolated
-// node's own probes all fail, memberlist's Lifeguard then slows its
-// failure detector down, and it went on counting the others (and serving)
-// after the majority had claimed its partitions (leases ended 3.45-3.5 s
-// after the cut, partitions fenced at 2.3-2.7 s, with the local preset).
-// These tests hold the order: the isolated owner's last lease ends before
-// the majority's first fence of a partition it held.
+// The timing rule of coordinator/TIMING.md: with Grace above StepDown plus
+// the spread of failure detection, an owner cut off from the rest ends its
+// leases before the majority fences its partitions. The spread is the
+// catch: an isolated node's own probes all fail, memberlist's Lifeguard
+// then slows its failure detector down, and it went on counting the others
+// (and serving) after the majority had claimed its partitions (leases ended
+// 3.45-3.5 s after the cut, partitions fenced at 2.3-2.7 s, with the local
+// preset). These tests hold the order: the isolated owner's last lease ends
+// before the majority's first fence of a partition it held.
 
 // TestIsolatedOwnerStepsDownBeforeTheMajorityFences isolates an owner of a
 // 5-node cluster running the local preset.

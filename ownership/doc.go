@@ -30,4 +30,36 @@
 //
 // Cancellation of a lease's context is advisory: a paused process can't
 // see it in time. Only the fence makes a stale owner harmless.
+//
+// # Promises
+//
+// The code, its tests, the simulator and the chaos suite name tenure's
+// promises by these labels (README.md, "What is promised", states them in
+// full). Safety, under any pause, partition, crash or clock skew:
+//
+//   - S1 Fencing: a fenced resource never applies a write whose token is
+//     lower than one it has applied or fenced for that partition.
+//   - S2 Fence on acquire: a new owner fences the resource before it reads
+//     state or serves, so a stale owner's late write can't change what the
+//     new owner read.
+//   - S3 Uniqueness: no two grants share a token (a new incarnation at
+//     every process start; a strict authority never hands out an epoch
+//     twice).
+//   - S4 Strict issuance, with the SQL or etcd authority: per partition,
+//     epochs increase in real-time order and one node holds each.
+//
+// Liveness, under the timing assumptions (coordinator.Config):
+//
+//   - L1 Stable ownership: with stable membership every partition has
+//     exactly one owner, and an unrelated membership change doesn't move
+//     (or re-fence) it.
+//   - L2 Graceful handoff: a Leave or a join hands off with zero rejected
+//     writes.
+//   - L3 Failover: a crashed owner's partitions are re-owned within failure
+//     detection plus Grace.
+//   - L4 Step-down: a node that can't see a quorum (more than half) of the
+//     stable membership ends its leases within StepDown.
+//   - L5 No duels: a node fenced out by a live member does not claim again
+//     until its view of membership changes (or the holder releases or
+//     dies).
 package ownership

@@ -1,10 +1,11 @@
-// Package chaos proves tenure's safety promises (S1-S4 in DESIGN.md) the
-// way Jepsen does: a real cluster runs a fenced workload while nemeses
-// pause, partition, crash, restart and skew it, every operation at the
-// protected resource is recorded with its token, start, end and outcome,
-// and the history is checked with porcupine against a fenced-register
-// model, beside direct invariant checks. A negative control runs the same
-// schedule with the resource's fencing turned off and must be caught.
+// Package chaos proves tenure's safety promises (S1-S4, defined in package
+// ownership's doc) the way Jepsen does: a real cluster runs a fenced
+// workload while nemeses pause, partition, crash, restart and skew it,
+// every operation at the protected resource is recorded with its token,
+// start, end and outcome, and the history is checked with porcupine against
+// a fenced-register model, beside direct invariant checks. A negative
+// control runs the same schedule with the resource's fencing turned off and
+// must be caught.
 //
 // The package is test machinery. Its exported pieces are the ones a check
 // needs on both sides of a process boundary:

@@ -16,8 +16,9 @@ import (
 // root is the repository's root, from this package's directory.
 const root = "../.."
 
-// A snippet is one ```go block of the README and the function it says it
-// is quoted from.
+// A snippet is one ```go block of a Markdown file and the function it says
+// it is quoted from (a path from the repository's root, whichever folder
+// the Markdown file is in).
 type snippet struct {
 	line int      // the line of its opening fence, 1-based
 	file string   // the quoting file, relative to the root
@@ -28,7 +29,7 @@ type snippet struct {
 // quoted matches the comment that must come right before a ```go block.
 var quoted = regexp.MustCompile(`^<!-- quoted from (\S+_test\.go) (\S+) -->$`)
 
-// snippets returns the ```go blocks of a README's text, or an error
+// snippets returns the ```go blocks of a Markdown file's text, or an error
 // naming the first block that has no "quoted from" comment right before
 // it (blank lines between are allowed) or is not closed.
 func snippets(text string) ([]snippet, error) {
@@ -152,62 +153,66 @@ func check(s snippet) error {
 	return nil
 }
 
-func readme(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-// TestSnippetsAreQuoted checks every ```go block of README.md against the
-// function it names.
+// TestSnippetsAreQuoted checks every ```go block of every Markdown file of
+// the repository (docs) against the function it names.
 func TestSnippetsAreQuoted(t *testing.T) {
-	ss, err := snippets(readme(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ss) == 0 {
-		t.Fatal("README.md has no ```go blocks: the test would check nothing")
-	}
-	for _, s := range ss {
-		if err := check(s); err != nil {
-			t.Errorf("README.md line %d: %v", s.line, err)
+	n := 0
+	for _, d := range docs(t) {
+		ss, err := snippets(read(t, d))
+		if err != nil {
+			t.Errorf("%s: %v", d, err)
+			continue
 		}
+		for _, s := range ss {
+			n++
+			if err := check(s); err != nil {
+				t.Errorf("%s line %d: %v", d, s.line, err)
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("the docs have %d ```go blocks: the walk missed some, and the test would check little", n)
 	}
 }
 
 // TestCheckCatchesChanges is the negative control: a copy of each block
-// with one line changed, a block naming another function or a file that
-// does not exist, and a block without its comment must all fail.
+// of each doc with one line changed, a block naming another function or a
+// file that does not exist, and a block without its comment must all
+// fail.
 func TestCheckCatchesChanges(t *testing.T) {
-	ss, err := snippets(readme(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range ss {
-		body := append([]string(nil), s.body...)
-		for i := len(body) / 2; i < len(body); i++ { // the middle line, or the next non-blank one
-			if strings.TrimSpace(body[i]) != "" {
-				body[i] = strings.Replace(body[i], strings.TrimSpace(body[i]), strings.TrimSpace(body[i])+" + 1", 1)
-				break
+	for _, d := range docs(t) {
+		ss, err := snippets(read(t, d))
+		if err != nil {
+			t.Fatalf("%s: %v", d, err)
+		}
+		for _, s := range ss {
+			body := append([]string(nil), s.body...)
+			for i := len(body) / 2; i < len(body); i++ { // the middle line, or the next non-blank one
+				if strings.TrimSpace(body[i]) != "" {
+					body[i] = strings.Replace(body[i], strings.TrimSpace(body[i]), strings.TrimSpace(body[i])+" + 1", 1)
+					break
+				}
 			}
-		}
-		changed := s
-		changed.body = body
-		if check(changed) == nil {
-			t.Errorf("README.md line %d: a changed copy of the block passes the check", s.line)
-		}
-		other := s
-		other.fn = s.fn + "Missing"
-		if check(other) == nil {
-			t.Errorf("README.md line %d: the block passes naming a function that does not exist", s.line)
-		}
-		gone := s
-		gone.file = "no/such_test.go"
-		if check(gone) == nil {
-			t.Errorf("README.md line %d: the block passes naming a file that does not exist", s.line)
+			changed := s
+			changed.body = body
+			if check(changed) == nil {
+				t.Errorf("%s line %d: a changed copy of the block passes the check", d, s.line)
+			}
+			other := s
+			other.fn = s.fn + "Missing"
+			if check(other) == nil {
+				t.Errorf("%s line %d: the block passes naming a function that does not exist", d, s.line)
+			}
+			gone := s
+			gone.file = "no/such_test.go"
+			if check(gone) == nil {
+				t.Errorf("%s line %d: the block passes naming a file that does not exist", d, s.line)
+			}
+			outside := s
+			outside.file = "../" + s.file
+			if check(outside) == nil {
+				t.Errorf("%s line %d: the block passes naming a file outside the repository", d, s.line)
+			}
 		}
 	}
 	if _, err := snippets("text\n\n```go\nx := 1\n```\n"); err == nil {
@@ -216,35 +221,7 @@ func TestCheckCatchesChanges(t *testing.T) {
 	if _, err := snippets("<!-- quoted from a_test.go F -->\n```go\nx := 1\n"); err == nil {
 		t.Error("an unclosed block passes")
 	}
-}
-
-// link matches a Markdown link's target.
-var link = regexp.MustCompile(`\]\(([^)\s]+)\)`)
-
-// TestLinksStayInTheRepository checks that README.md links to nothing
-// outside the repository: no URL, and every relative link names a file
-// or directory that exists.
-func TestLinksStayInTheRepository(t *testing.T) {
-	text := readme(t)
-	for _, m := range link.FindAllStringSubmatch(text, -1) {
-		target := m[1]
-		if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
-			t.Errorf("README.md links outside the repository: %s", target)
-			continue
-		}
-		if strings.HasPrefix(target, "#") {
-			continue
-		}
-		path := filepath.Clean(strings.SplitN(target, "#", 2)[0])
-		if filepath.IsAbs(path) || strings.HasPrefix(path, "..") {
-			t.Errorf("README.md links outside the repository: %s", target)
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(root, path)); err != nil {
-			t.Errorf("README.md links to a missing path: %s", target)
-		}
-	}
-	for _, u := range regexp.MustCompile(`https?://\S+`).FindAllString(text, -1) {
-		t.Errorf("README.md has a URL: %s", u)
+	if _, err := snippets("```sh\ngo test ./...\n"); err == nil {
+		t.Error("an unclosed block of another language passes")
 	}
 }
