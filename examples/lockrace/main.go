@@ -55,14 +55,18 @@ type config struct {
 func (cfg config) runs(name string) bool { return len(cfg.only) == 0 || cfg.only[name] }
 
 // prefix is the start of the figures' names: "locks" (or "batch"), with
-// "_far" behind the delay proxies and "_c<clients>" for a client count
-// other than the default's.
+// "_far" behind the delay proxies, "_c<clients>" for a client count and
+// "_p<partitions>" for a partition count other than the defaults.
 func (cfg config) prefix(what string) string {
+	def := defaultConfig()
 	if cfg.delay > 0 {
 		what += "_far"
 	}
-	if cfg.clients != defaultConfig().clients {
+	if cfg.clients != def.clients {
 		what += fmt.Sprintf("_c%d", cfg.clients)
+	}
+	if cfg.partitions != def.partitions {
+		what += fmt.Sprintf("_p%d", cfg.partitions)
 	}
 	return what
 }

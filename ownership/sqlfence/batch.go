@@ -506,3 +506,14 @@ func (b *Batcher) once(ctx context.Context, tx Tx, c *call) (result []byte, dup 
 	}
 	return b.cfg.Requests.Once(ctx, tx, c.t.Partition, c.id, run)
 }
+
+// Queued is the number of writes of partition p waiting in b's queue, not
+// yet sent: the depth a full queue (BatchConfig.QueueLen) pushes back at.
+func (b *Batcher) Queued(p uint32) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q := b.queues[p]; q != nil {
+		return len(q.calls)
+	}
+	return 0
+}
