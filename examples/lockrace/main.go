@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -45,6 +46,29 @@ type config struct {
 	// delay is added to each direction of every round trip to the
 	// services, by proxies on loopback: 0 runs them as they are.
 	delay time.Duration
+	// only, if not empty, names the guards to run (the others are left
+	// out of the run and the report).
+	only map[string]bool
+}
+
+// runs reports whether the guard called name is measured.
+func (cfg config) runs(name string) bool { return len(cfg.only) == 0 || cfg.only[name] }
+
+// prefix is the start of the figures' names: "locks" (or "batch"), with
+// "_far" behind the delay proxies, "_c<clients>" for a client count and
+// "_p<partitions>" for a partition count other than the defaults.
+func (cfg config) prefix(what string) string {
+	def := defaultConfig()
+	if cfg.delay > 0 {
+		what += "_far"
+	}
+	if cfg.clients != def.clients {
+		what += fmt.Sprintf("_c%d", cfg.clients)
+	}
+	if cfg.partitions != def.partitions {
+		what += fmt.Sprintf("_p%d", cfg.partitions)
+	}
+	return what
 }
 
 func defaultConfig() config {
@@ -78,8 +102,19 @@ func main() {
 	flag.IntVar(&cfg.partitions, "partitions", cfg.partitions, "tenure's partitions")
 	flag.DurationVar(&cfg.delay, "delay", 0, "time added to each direction of every round trip to PostgreSQL, Redis and etcd, by proxies on loopback: the services as if across a network (this machine's timers add about 0.1 ms)")
 	flag.DurationVar(&cfg.redsyncDelay, "redsync-delay", cfg.redsyncDelay, "redsync's wait between tries for a taken lock; 0 keeps redsync's own default (50-250 ms at random, 32 tries)")
+	only := flag.String("guards", "", "the guards to run, comma-separated (default: all of "+strings.Join(guardNames, ",")+")")
 	flag.Parse()
 	cfg.etcd = strings.Split(*etcd, ",")
+	if *only != "" {
+		cfg.only = map[string]bool{}
+		for _, g := range strings.Split(*only, ",") {
+			if !slices.Contains(guardNames, g) {
+				fmt.Fprintf(os.Stderr, "lockrace: no guard %q (the guards: %s)\n", g, strings.Join(guardNames, ","))
+				os.Exit(2)
+			}
+			cfg.only[g] = true
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, cfg, os.Stdout); err != nil {
@@ -96,8 +131,8 @@ type report struct {
 	why     map[string]string
 
 	// tenure_batched's batches: mean writes, 99th percentile of the
-	// longest queue wait in a batch (µs).
-	batchSize, batchWaitP99 float64
+	// longest queue wait in a batch (µs); unguarded_batched's mean.
+	batchSize, batchWaitP99, unguardedBatchSize float64
 }
 
 var guardNames = []string{"unguarded", "tenure", "advisory", "redsync", "etcd_mutex", "tenure_batched", "unguarded_batched"}
@@ -342,11 +377,17 @@ func measure(ctx context.Context, cfg config) (*report, error) {
 		if b, ok := gs[len(gs)-2].(*batchedGuard); ok {
 			rep.batchSize, rep.batchWaitP99 = b.batchFigures()
 		}
+		if b, ok := gs[len(gs)-1].(*batchedGuard); ok {
+			rep.unguardedBatchSize, _ = b.batchFigures()
+		}
 	}()
 	w := workload{clients: cfg.clients, keys: keys, hot: cfg.hot, hotShare: cfg.hotShare, duration: cfg.duration, seed: 1}
 	for round := range cfg.rounds {
 		for j := range gs {
 			g := gs[(round+j)%len(gs)]
+			if !cfg.runs(g.name()) {
+				continue
+			}
 			r, err := w.run(ctx, st, g, round)
 			if err != nil {
 				return nil, err
@@ -365,6 +406,9 @@ func measure(ctx context.Context, cfg config) (*report, error) {
 		return nil, err
 	}
 	for _, g := range pgs {
+		if !cfg.runs(g.name()) {
+			continue
+		}
 		landed, aErr, err := staleWrite(ctx, pst, g, "paused-"+g.name(), cfg.pauseBound)
 		if err != nil {
 			return nil, fmt.Errorf("%s: pause scenario: %w", g.name(), err)
@@ -375,12 +419,12 @@ func measure(ctx context.Context, cfg config) (*report, error) {
 }
 
 func (r *report) print(out io.Writer, cfg config) {
-	prefix := "locks"
-	if cfg.delay > 0 {
-		prefix = "locks_far" // the services behind delay proxies
-	}
+	prefix := cfg.prefix("locks")
 	base := r.results["unguarded"].opsPerSecond()
 	for _, n := range guardNames {
+		if !cfg.runs(n) {
+			continue
+		}
 		res := r.results[n]
 		fmt.Fprintf(out, "figure: %s.%s.ops_per_second %.0f\n", prefix, n, res.opsPerSecond())
 		fmt.Fprintf(out, "figure: %s.%s.p50_ms %.2f\n", prefix, n, res.quantile(0.5))
@@ -390,20 +434,44 @@ func (r *report) print(out io.Writer, cfg config) {
 		fmt.Fprintf(out, "figure: %s.%s.failed %d\n", prefix, n, res.failed)
 		fmt.Fprintf(out, "figure: %s.%s.stale_writes_landed %d\n", prefix, n, btoi(r.landed[n]))
 	}
-	tenure := r.results["tenure"].opsPerSecond()
-	fmt.Fprintf(out, "figure: %s.tenure.over_redsync %.2f\n", prefix, tenure/r.results["redsync"].opsPerSecond())
-	fmt.Fprintf(out, "figure: %s.tenure.over_etcd_mutex %.2f\n", prefix, tenure/r.results["etcd_mutex"].opsPerSecond())
-	tb := r.results["tenure_batched"]
-	fmt.Fprintf(out, "figure: %s.tenure_batched.over_redsync %.2f\n", prefix, tb.opsPerSecond()/r.results["redsync"].opsPerSecond())
-	fmt.Fprintf(out, "figure: %s.tenure_batched.over_unguarded_batched %.2f\n", prefix, tb.opsPerSecond()/r.results["unguarded_batched"].opsPerSecond())
-	fmt.Fprintf(out, "figure: %s.tenure_batched.p99_over_unguarded_p99 %.2f\n", prefix, tb.quantile(0.99)/r.results["unguarded"].quantile(0.99))
-	bprefix := "batch"
-	if cfg.delay > 0 {
-		bprefix = "batch_far"
+	r.printRatios(out, cfg, prefix)
+	bprefix := cfg.prefix("batch")
+	if cfg.runs("tenure_batched") {
+		fmt.Fprintf(out, "figure: %s.size_mean %.1f\n", bprefix, r.batchSize)
+		fmt.Fprintf(out, "figure: %s.wait_us_p99 %.0f\n", bprefix, r.batchWaitP99)
 	}
-	fmt.Fprintf(out, "figure: %s.size_mean %.1f\n", bprefix, r.batchSize)
-	fmt.Fprintf(out, "figure: %s.wait_us_p99 %.0f\n", bprefix, r.batchWaitP99)
+	if cfg.runs("unguarded_batched") {
+		fmt.Fprintf(out, "figure: %s.unguarded_size_mean %.1f\n", bprefix, r.unguardedBatchSize)
+	}
+	r.printTable(out, cfg)
+}
 
+// printRatios prints the ratios the guards are compared by, of the guards
+// that ran.
+func (r *report) printRatios(out io.Writer, cfg config, prefix string) {
+	for _, x := range []struct{ a, b, name string }{
+		{"tenure", "redsync", "over_redsync"},
+		{"tenure", "etcd_mutex", "over_etcd_mutex"},
+		{"tenure_batched", "redsync", "over_redsync"},
+		{"tenure_batched", "etcd_mutex", "over_etcd_mutex"},
+		{"tenure_batched", "tenure", "over_tenure"},
+		// What the fence costs once amortized: fenced over unfenced,
+		// with the same batching.
+		{"tenure_batched", "unguarded_batched", "over_unguarded_batched"},
+	} {
+		if cfg.runs(x.a) && cfg.runs(x.b) {
+			fmt.Fprintf(out, "figure: %s.%s.%s %.2f\n", prefix, x.a, x.name, r.results[x.a].opsPerSecond()/r.results[x.b].opsPerSecond())
+		}
+	}
+	if cfg.runs("tenure_batched") && cfg.runs("unguarded") {
+		fmt.Fprintf(out, "figure: %s.tenure_batched.p99_over_unguarded_p99 %.2f\n", prefix, r.results["tenure_batched"].quantile(0.99)/r.results["unguarded"].quantile(0.99))
+	}
+}
+
+// printTable prints the figures as a table, and the pause scenario's
+// verdicts.
+func (r *report) printTable(out io.Writer, cfg config) {
+	base := r.results["unguarded"].opsPerSecond()
 	fmt.Fprintf(out, "\n%d clients, %d keys (%d hot, %.0f%% of writes), %v per guard x %d rounds; each write reads a counter and writes it plus one\n",
 		cfg.clients, cfg.keys, cfg.hot, 100*cfg.hotShare, cfg.duration, cfg.rounds)
 	if cfg.delay > 0 {
@@ -413,12 +481,18 @@ func (r *report) print(out io.Writer, cfg config) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "guard\tops/s\tp50 ms\tp99 ms\tx unguarded\tlost updates\tstale write landed\t")
 	for _, n := range guardNames {
+		if !cfg.runs(n) {
+			continue
+		}
 		res := r.results[n]
 		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%v\t\n", n, res.opsPerSecond(), res.quantile(0.5), res.quantile(0.99), res.opsPerSecond()/base, res.lost, r.landed[n])
 	}
 	tw.Flush()
 	fmt.Fprintln(out, "\nA paused holder (A read, paused until B took over and wrote, then wrote what it had computed):")
 	for _, n := range guardNames {
+		if !cfg.runs(n) {
+			continue
+		}
 		verdict := "kept out"
 		if r.landed[n] {
 			verdict = "LANDED"

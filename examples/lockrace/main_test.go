@@ -25,20 +25,31 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // (the control, which shows the check can see a stale write), it lands.
 // No guard but the control loses an update.
 //
-// It runs twice: with the services on loopback as they are, and behind
-// proxies that add 1 ms to each direction of a round trip (the figures
-// named locks_far), as across a network.
+// It runs the workload twice: as the program does by default (8 clients,
+// 271 partitions: the figures named locks and batch), and with 64 clients
+// writing to the same keys spread over 16 partitions (locks_c64_p16,
+// batch_c64_p16), where more writes of a partition arrive together than
+// it has batches in flight, so the Batcher's batches carry more than one
+// write (asserted: 64 clients, one write in flight each, over at most 16
+// batches in flight). Each runs with the services on loopback as they
+// are, and behind proxies that add 1 ms to each direction of a round trip
+// (locks_far...), as across a network.
 func TestFigures(t *testing.T) {
-	for _, delay := range []time.Duration{0, time.Millisecond} {
-		t.Run(fmt.Sprintf("delay=%v", delay), func(t *testing.T) { figures(t, delay) })
+	for _, w := range []struct{ clients, partitions int }{{8, 271}, {64, 16}} {
+		for _, delay := range []time.Duration{0, time.Millisecond} {
+			t.Run(fmt.Sprintf("clients=%d/partitions=%d/delay=%v", w.clients, w.partitions, delay), func(t *testing.T) {
+				figures(t, w.clients, w.partitions, delay)
+			})
+		}
 	}
 }
 
-func figures(t *testing.T, delay time.Duration) {
+func figures(t *testing.T, clients, partitions int, delay time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cfg := defaultConfig()
-	cfg.duration, cfg.rounds, cfg.delay = 2*time.Second, 1, delay
+	cfg.duration, cfg.rounds, cfg.delay = 2*time.Second, 2, delay
+	cfg.clients, cfg.partitions = clients, partitions
 	rep, err := measure(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -56,17 +67,15 @@ func figures(t *testing.T, delay time.Duration) {
 			t.Errorf("%s: %d writes, %d lost, %d failed", name, r.ops, r.lost, r.failed)
 		}
 	}
-	prefix := "locks"
-	if delay > 0 {
-		prefix = "locks_far"
-	}
+	prefix := cfg.prefix("locks")
 	for _, g := range []string{"tenure", "tenure_batched"} {
 		if !strings.Contains(out.String(), "figure: "+prefix+"."+g+".stale_writes_landed 0") {
 			t.Errorf("the report does not print %s's stale writes", g)
 		}
 	}
-	if rep.batchSize <= 1 {
-		t.Errorf("tenure_batched's batches carried %.2f writes on average; want more than one", rep.batchSize)
+	if clients >= 2*partitions && (rep.batchSize <= 1 || rep.unguardedBatchSize <= 1) {
+		t.Errorf("%d clients over %d partitions: batches carried %.2f writes on average (%.2f unguarded); want more than one",
+			clients, partitions, rep.batchSize, rep.unguardedBatchSize)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 // one upsert per write, with no write failing and with one in 20 failing
 // (a duplicate key). Rounds of the two alternate, so drift hits both.
 func batchFigures(t *testing.T) {
-	for _, be := range figureBackends() {
+	for _, be := range append(figureBackends(), mariadb) {
 		db := be.open(t)
 		f := newFence(t, db, be.dialect)
 		table := uniqueName(t, db, "batchfig")
@@ -32,6 +32,10 @@ func batchFigures(t *testing.T) {
 		}
 		if _, err := db.ExecContext(ctx, `INSERT INTO "`+table+`" (k, v) VALUES (-1, 0)`); err != nil {
 			t.Fatal(err)
+		}
+		upsert := `INSERT INTO "` + table + `" (k, v) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET v = "` + table + `".v + 1`
+		if be.name == "mariadb" {
+			upsert = `INSERT INTO "` + table + `" (k, v) VALUES (?, 1) ON DUPLICATE KEY UPDATE v = v + 1`
 		}
 		for _, failEvery := range []int{0, 20} {
 			took := map[bool]time.Duration{}
@@ -60,8 +64,7 @@ func batchFigures(t *testing.T) {
 									_, err := tx.ExecContext(ctx, `INSERT INTO "`+table+`" (k, v) VALUES (-1, 0)`)
 									return nil, err
 								}
-								_, err := tx.ExecContext(ctx, `INSERT INTO "`+table+`" (k, v) VALUES ($1, 1)
-ON CONFLICT (k) DO UPDATE SET v = "`+table+`".v + 1`, n%256)
+								_, err := tx.ExecContext(ctx, upsert, n%256)
 								return nil, err
 							})
 							if (err == nil) == (failEvery > 0 && n%failEvery == 0) || ownershipErr(err) {

@@ -242,8 +242,13 @@ func (n *Node) acquire(_ context.Context, l *ownership.Lease) error {
 // It closes the gate and waits for the writes in flight to finish, so the
 // next owner's fence rejects none of them. The coordinator cancels the
 // lease (and so any write still waiting) if this takes longer than its
-// ReleaseTimeout.
+// ReleaseTimeout. The writes of a lease that was lost and are still
+// queued in the Batcher fail at once with ErrLeaseEnded, which the router
+// retries at the next owner: nothing of them was sent.
 func (n *Node) release(ctx context.Context, l *ownership.Lease) error {
+	if l.Err() != nil && n.batch != nil {
+		n.batch.Cancel(l.Token())
+	}
 	return n.gate.Close(ctx, l)
 }
 
