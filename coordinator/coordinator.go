@@ -748,17 +748,25 @@ func (c *Coordinator) Resign(ctx context.Context, p uint32) error {
 	case <-c.ctx.Done():
 		return ErrClosed
 	}
+	var err error
 	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("coordinator: resign p%d: %w", p, err)
-		}
-		return nil
+	case err = <-done:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.ctx.Done():
-		return ErrClosed
+		// The loop answers before the drain starts, and the drain (a
+		// handler that closes the coordinator) may end c.ctx at once:
+		// an answer given counts, whichever select case won.
+		select {
+		case err = <-done:
+		default:
+			return ErrClosed
+		}
 	}
+	if err != nil {
+		return fmt.Errorf("coordinator: resign p%d: %w", p, err)
+	}
+	return nil
 }
 
 // ReportStale tells the coordinator that a write under one of its leases
