@@ -85,6 +85,7 @@ type Coordinator struct {
 
 	subs    subscribers
 	metrics *metrics
+	traffic traffic
 	// timeline is the status page's history of table changes.
 	timeline timeline
 }
@@ -182,6 +183,7 @@ func incarnation() (uint64, error) {
 func (c *Coordinator) pushMeta() error {
 	c.pushMu.Lock()
 	defer c.pushMu.Unlock()
+	c.traffic.metaUpdates.Add(1)
 	return c.ml.UpdateNode(c.cfg.LeaveTimeout)
 }
 
@@ -270,7 +272,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 	mc.Conflict = d
 	mc.Logger = slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)
 	mc.LogOutput = nil
-	tr, err := newTransport(&mc, mc.Logger)
+	tr, err := newTransport(&mc, mc.Logger, &c.traffic)
 	if err != nil {
 		return err
 	}

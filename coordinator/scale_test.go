@@ -1,0 +1,285 @@
+package coordinator
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/ownership"
+)
+
+var scaleFlag = flag.Bool("scale", false, "TestScale runs 25 and 50 nodes x 271 and 4096 partitions (heavy: run it alone)")
+
+// nopHandler accepts every lease.
+type nopHandler struct{}
+
+func (nopHandler) Acquire(context.Context, *ownership.Lease) error { return nil }
+func (nopHandler) Release(context.Context, *ownership.Lease) error { return nil }
+
+// scaleCluster is n coordinators on loopback with the local preset, a
+// memory fence and a handler that accepts everything: what a join costs,
+// measured through the coordinators' own traffic counters.
+type scaleCluster struct {
+	t          *testing.T
+	partitions int
+	fence      *ownership.MemoryFence
+	nodes      []*Coordinator
+}
+
+func newScaleCluster(t *testing.T, partitions int) *scaleCluster {
+	t.Helper()
+	f, err := ownership.NewMemoryFence(partitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &scaleCluster{t: t, partitions: partitions, fence: f}
+	t.Cleanup(func() {
+		for _, c := range sc.nodes {
+			c.Close()
+		}
+	})
+	return sc
+}
+
+// start starts one more node, joined to the first.
+func (sc *scaleCluster) start(ctx context.Context) error {
+	cfg := testConfig(fmt.Sprintf("s%d", len(sc.nodes)))
+	cfg.Ring.Partitions = sc.partitions
+	cfg.Handler = nopHandler{}
+	cfg.Fence = sc.fence
+	if len(sc.nodes) > 0 {
+		cfg.Seeds = []string{sc.nodes[0].GossipAddr()}
+	}
+	c, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	sc.nodes = append(sc.nodes, c)
+	return nil
+}
+
+// check returns nil once every node sees all of them, they agree on the
+// table, each holds exactly its own partitions, and the fence has every
+// partition at its ring owner.
+func (sc *scaleCluster) check() error {
+	var fp uint64
+	for i, c := range sc.nodes {
+		t := c.Table()
+		if t == nil || t.Len() != len(sc.nodes) {
+			return fmt.Errorf("%s sees %d members, want %d", c.cfg.Name, t.Len(), len(sc.nodes))
+		}
+		if i == 0 {
+			fp = t.Fingerprint()
+		} else if t.Fingerprint() != fp {
+			return fmt.Errorf("%s has another table", c.cfg.Name)
+		}
+		if !c.converged() {
+			return fmt.Errorf("%s not settled", c.cfg.Name)
+		}
+	}
+	t := sc.nodes[0].Table()
+	for p := range uint32(sc.partitions) {
+		if cur, owner := sc.fence.Current(p), t.Owner(p); cur.Owner != owner {
+			return fmt.Errorf("partition %d fenced by %q, ring owner %q", p, cur.Owner, owner)
+		}
+	}
+	return nil
+}
+
+// waitQuiet waits until no node has a broadcast left to send: what a
+// change cost is all sent by then.
+func (sc *scaleCluster) waitQuiet(ctx context.Context) error {
+	for {
+		queued := 0
+		for _, c := range sc.nodes {
+			queued += c.bq.NumQueued()
+		}
+		if queued == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d broadcasts still queued", queued)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (sc *scaleCluster) waitConverged(ctx context.Context) error {
+	for {
+		err := sc.check()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not converged: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// trafficTotal is what every node of a cluster sent.
+type trafficTotal struct {
+	streamBytes, packetBytes, states, stateBytes, syncs, metaUpdates, queued, sentBcast uint64
+}
+
+func (sc *scaleCluster) traffic() trafficTotal {
+	var s trafficTotal
+	for _, c := range sc.nodes {
+		t := &c.traffic
+		s.streamBytes += t.streamBytes.Load()
+		s.packetBytes += t.packetBytes.Load()
+		s.states += t.states.Load()
+		s.stateBytes += t.stateBytes.Load()
+		s.syncs += t.syncs.Load()
+		s.metaUpdates += t.metaUpdates.Load()
+		s.queued += t.queued.Load()
+		s.sentBcast += t.sentBcast.Load()
+	}
+	return s
+}
+
+func (a trafficTotal) minus(b trafficTotal) trafficTotal {
+	return trafficTotal{
+		a.streamBytes - b.streamBytes, a.packetBytes - b.packetBytes, a.states - b.states,
+		a.stateBytes - b.stateBytes, a.syncs - b.syncs, a.metaUpdates - b.metaUpdates,
+		a.queued - b.queued, a.sentBcast - b.sentBcast,
+	}
+}
+
+func (a trafficTotal) bytes() uint64 { return a.streamBytes + a.packetBytes }
+
+// scaleRun starts n nodes one after the other, waits until they converge,
+// measures the cluster's idle traffic for a window, then joins one more
+// node and measures what its join cost above that idle rate. It prints
+// the figures under scale.<n>x<partitions>.
+func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	sc := newScaleCluster(t, partitions)
+	name := fmt.Sprintf("scale.%dx%d", n, partitions)
+	begin := time.Now()
+	for range n {
+		t0, tr0 := time.Now(), sc.traffic()
+		if err := sc.start(ctx); err != nil {
+			t.Fatalf("%s: start node %d: %v", name, len(sc.nodes), err)
+		}
+		t.Logf("start %d: %v; sent meanwhile: %+v", len(sc.nodes), time.Since(t0), sc.traffic().minus(tr0))
+	}
+	started := time.Since(begin)
+	if err := sc.waitConverged(ctx); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	converged := time.Since(begin)
+	if err := sc.waitQuiet(ctx); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	quiet := time.Since(begin)
+
+	// The idle rate, over a fixed window (a measurement, not a wait).
+	const window = 2 * time.Second
+	idle0, at0 := sc.traffic(), time.Now()
+	select {
+	case <-time.After(window):
+	case <-ctx.Done():
+		t.Fatalf("%s: %v", name, ctx.Err())
+	}
+	idle := sc.traffic().minus(idle0)
+	idleRate := float64(idle.bytes()) / time.Since(at0).Seconds()
+
+	// One more node joins the converged cluster.
+	before, joinAt := sc.traffic(), time.Now()
+	if err := sc.start(ctx); err != nil {
+		t.Fatalf("%s: join: %v", name, err)
+	}
+	if err := sc.waitConverged(ctx); err != nil {
+		t.Fatalf("%s: after the join: %v", name, err)
+	}
+	joinTook := time.Since(joinAt)
+	if err := sc.waitQuiet(ctx); err != nil {
+		t.Fatalf("%s: after the join: %v", name, err)
+	}
+	joinQuiet := time.Since(joinAt)
+	join := sc.traffic().minus(before)
+	joinBytes := float64(join.bytes()) - idleRate*joinQuiet.Seconds()
+
+	pushpull := uint64(0)
+	if idle.states > 0 {
+		pushpull = idle.stateBytes / idle.states
+	}
+	fmt.Printf("figure: %s.start_seconds %.3f\n", name, started.Seconds())
+	fmt.Printf("figure: %s.converge_seconds %.3f\n", name, converged.Seconds())
+	fmt.Printf("figure: %s.quiet_seconds %.3f\n", name, quiet.Seconds())
+	fmt.Printf("figure: %s.join_quiet_seconds %.3f\n", name, joinQuiet.Seconds())
+	fmt.Printf("figure: %s.gossip_bytes_per_node_per_second %.0f\n", name, idleRate/float64(n))
+	fmt.Printf("figure: %s.pushpull_bytes %d\n", name, pushpull)
+	fmt.Printf("figure: %s.join_seconds %.3f\n", name, joinTook.Seconds())
+	fmt.Printf("figure: %s.join_bytes %.0f\n", name, max(joinBytes, 0))
+	fmt.Printf("figure: %s.join_stream_bytes %d\n", name, join.streamBytes)
+	fmt.Printf("figure: %s.join_packet_bytes %d\n", name, join.packetBytes)
+	fmt.Printf("figure: %s.join_pushpull_states %d\n", name, join.states)
+	fmt.Printf("figure: %s.join_syncs %d\n", name, join.syncs)
+	fmt.Printf("figure: %s.join_meta_updates %d\n", name, join.metaUpdates)
+	fmt.Printf("figure: %s.join_broadcasts_queued %d\n", name, join.queued)
+	fmt.Printf("figure: %s.join_broadcast_bytes %d\n", name, join.sentBcast)
+}
+
+// TestScale measures starts and joins at scale, behind -scale:
+//
+//	go test ./coordinator -run TestScale -scale -v -timeout 30m
+func TestScale(t *testing.T) {
+	if !*scaleFlag {
+		t.Log("-scale not set: the short run is in TestFigures")
+		return
+	}
+	for _, r := range []struct{ n, p int }{{25, 271}, {25, 4096}, {50, 271}, {50, 4096}} {
+		t.Run(fmt.Sprintf("%dx%d", r.n, r.p), func(t *testing.T) {
+			scaleRun(t, r.n, r.p, 5*time.Minute)
+		})
+	}
+}
+
+// TestJoinerDoesNotRelayTheRegister: a node joining learns the whole
+// register from the member it joins; it broadcasts its own claims and
+// passes on what is new to the cluster, not the register the cluster
+// gave it (at 4096 partitions that was 4096 claims x 12 transmissions per
+// join, measured by TestScale: 108,499 broadcasts queued for one join of a
+// 10-node cluster, 570 without). The bound is two broadcasts per partition
+// the join moves (the joiner's claim and the release it hears and relays)
+// and a few for stable memberships and retries.
+func TestJoinerDoesNotRelayTheRegister(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const partitions = 271
+	sc := newScaleCluster(t, partitions)
+	for range 2 {
+		if err := sc.start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sc.waitConverged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.waitConverged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	joiner := sc.nodes[2]
+	moved := 0
+	for p := range uint32(partitions) {
+		if joiner.Table().Owner(p) == joiner.cfg.Name {
+			moved++
+		}
+	}
+	if got, limit := joiner.traffic.queued.Load(), uint64(2*moved+16); got > limit {
+		t.Errorf("the joiner queued %d broadcasts for a join that moved %d of %d partitions to it, want at most %d", got, moved, partitions, limit)
+	}
+}
