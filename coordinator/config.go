@@ -123,7 +123,8 @@ type Config struct {
 	// example its gRPC server), gossiped in metadata so that Owner can tell
 	// callers where a key's owner listens. Optional, at most 128 bytes.
 	ServiceAddr string
-	// Seeds are gossip addresses (host:port) joined by Start and re-joined
+	// Seeds are gossip addresses (host:port) joined by Start (which tries
+	// again, with backoff, until one answers or its context ends) and re-joined
 	// every RejoinInterval so a healed network partition merges again. A
 	// node with no seeds founds a cluster of its own; a node with seeds
 	// learns the cluster's stable membership from them before it claims
@@ -215,8 +216,8 @@ type Config struct {
 	// Default: LAN 5s, WAN 5s, local 2s.
 	ReleaseTimeout time.Duration
 	// RetryInterval is the first wait after a failed claim, fence or
-	// acquire (or a Resign); it doubles with each failure in a row, up to
-	// MaxRetryInterval, with jitter.
+	// acquire (or a Resign), and after Start's failed join; it doubles
+	// with each failure in a row, up to MaxRetryInterval, with jitter.
 	// Default: LAN 1s, WAN 1s, local 100ms.
 	RetryInterval time.Duration
 	// Default: LAN 30s, WAN 30s, local 3s.

@@ -31,6 +31,8 @@ type closingTransport struct {
 	stopFwd chan struct{} // closed once the inner transport is shut down
 	fwdDone chan struct{} // closed when forward returns
 
+	sent *traffic // counts the bytes this node sends
+
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
 	closed   bool
@@ -40,7 +42,7 @@ type closingTransport struct {
 // newTransport returns mc's transport wrapped, making memberlist's default
 // network transport when mc has none (and setting mc's ports when it binds
 // a free one).
-func newTransport(mc *memberlist.Config, logger *log.Logger) (*closingTransport, error) {
+func newTransport(mc *memberlist.Config, logger *log.Logger, sent *traffic) (*closingTransport, error) {
 	t := mc.Transport
 	if t == nil {
 		nc := &memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: logger}
@@ -73,6 +75,7 @@ func newTransport(mc *memberlist.Config, logger *log.Logger) (*closingTransport,
 	ct := &closingTransport{
 		NodeAwareTransport: na,
 		netDial:            isNet,
+		sent:               sent,
 		conns:              make(map[net.Conn]struct{}),
 		streams:            make(chan net.Conn),
 		stopFwd:            make(chan struct{}),
@@ -123,6 +126,21 @@ func (t *closingTransport) track(c net.Conn, err error) (net.Conn, error) {
 	}
 	t.conns[c] = struct{}{}
 	return &trackedConn{Conn: c, t: t}, nil
+}
+
+// WriteToAddress implements memberlist.NodeAwareTransport, counting the
+// bytes sent.
+func (t *closingTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
+	at, err := t.NodeAwareTransport.WriteToAddress(b, addr)
+	if err == nil {
+		t.sent.packetBytes.Add(uint64(len(b)))
+	}
+	return at, err
+}
+
+// WriteTo implements memberlist.Transport, counting the bytes sent.
+func (t *closingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	return t.WriteToAddress(b, memberlist.Address{Addr: addr})
 }
 
 // DialTimeout implements memberlist.Transport.
@@ -180,6 +198,12 @@ type trackedConn struct {
 	net.Conn
 	t    *closingTransport
 	once sync.Once
+}
+
+func (c *trackedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.t.sent.streamBytes.Add(uint64(n))
+	return n, err
 }
 
 func (c *trackedConn) Close() error {

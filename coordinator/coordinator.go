@@ -84,8 +84,10 @@ type Coordinator struct {
 	calls     handlerCalls // the goroutines running a Handler call
 	leaving   atomic.Bool
 
-	subs    subscribers
-	metrics *metrics
+	subs     subscribers
+	metrics  *metrics
+	traffic  traffic
+	joinRand *rand.Rand // Start's retries draw their jitter here
 	// timeline is the status page's history of table changes.
 	timeline timeline
 }
@@ -122,6 +124,7 @@ func New(cfg Config) (*Coordinator, error) {
 	// of its own, so a Rand shared by several coordinators is drawn from
 	// only here.
 	cfg.Rand = rand.New(rand.NewPCG(cfg.Rand.Uint64(), cfg.Rand.Uint64()))
+	joinRand := rand.New(rand.NewPCG(cfg.Rand.Uint64(), cfg.Rand.Uint64()))
 	inc, err := incarnation()
 	if err != nil {
 		return nil, err
@@ -133,6 +136,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg:       cfg,
 		self:      ownership.Node{Name: cfg.Name, Incarnation: inc},
+		joinRand:  joinRand,
 		log:       cfg.Logger.With("node", cfg.Name),
 		reg:       reg,
 		auth:      cfg.Authority,
@@ -183,6 +187,7 @@ func incarnation() (uint64, error) {
 func (c *Coordinator) pushMeta() error {
 	c.pushMu.Lock()
 	defer c.pushMu.Unlock()
+	c.traffic.metaUpdates.Add(1)
 	return c.ml.UpdateNode(c.cfg.LeaveTimeout)
 }
 
@@ -209,16 +214,22 @@ func (c *Coordinator) Self() ownership.Node { return c.self }
 // every default filled in.
 func (c *Coordinator) Config() Config { return c.cfg }
 
-// Start starts gossip, joins Config.Seeds (if any; at least one must answer
-// before ctx ends) and starts claiming the partitions the ring gives this
-// node once it has a quorum. A node with no seeds starts a cluster of its
-// own.
+// Start starts gossip, joins Config.Seeds (if any) and starts claiming the
+// partitions the ring gives this node once it has a quorum. A node with no
+// seeds starts a cluster of its own.
+//
+// A seed that is busy or not up yet is normal while a cluster starts: a
+// join that fails (no seed answered) is logged at Info and tried again,
+// after RetryInterval doubling up to MaxRetryInterval, with jitter drawn
+// from Config.Rand and waited on Config.Clock, until one seed answers or
+// ctx ends. Bound ctx to bound the wait.
 //
 // A coordinator starts once: Start again returns ErrStarted (ErrClosed
-// once closed). If the join fails or ctx ends first, Start returns the
-// error and the coordinator is closed (gossip stopped): make a new one
-// with New to try again. A Close during Start aborts the join at once;
-// Start then returns an error wrapping ErrClosed.
+// once closed). If ctx ends before a seed answered, Start returns an error
+// wrapping ctx's error and the last join's error, and the coordinator is
+// closed (gossip stopped): make a new one with New to try again. A Close
+// during Start aborts the join at once; Start then returns an error
+// wrapping ErrClosed.
 func (c *Coordinator) Start(ctx context.Context) error {
 	c.lifeMu.Lock()
 	switch c.state {
@@ -271,7 +282,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 	mc.Conflict = d
 	mc.Logger = slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)
 	mc.LogOutput = nil
-	tr, err := newTransport(&mc, mc.Logger)
+	tr, err := newTransport(&mc, mc.Logger, &c.traffic)
 	if err != nil {
 		return err
 	}
@@ -331,31 +342,64 @@ func (c *Coordinator) start(ctx context.Context) error {
 	return nil
 }
 
-// joinSeeds joins Config.Seeds for Start. memberlist's Join has no
-// context: when ctx ends or Close runs, gossip is shut down, which ends the
-// join's dials and streams at once.
+// joinSeeds joins Config.Seeds for Start. A seed that is busy or not up
+// yet is normal while a cluster starts: a failed join is logged at Info
+// and tried again after RetryInterval, doubling up to MaxRetryInterval,
+// with jitter, until ctx ends. memberlist's Join has no context: when ctx
+// ends or Close runs, gossip is shut down, which ends the join's dials and
+// streams at once.
 func (c *Coordinator) joinSeeds(ctx context.Context, ml *memberlist.Memberlist) error {
-	done := make(chan error, 1)
-	go func() {
-		_, err := ml.Join(c.cfg.Seeds)
-		done <- err
-	}()
-	var err error
-	select {
-	case err = <-done:
-		if err == nil {
-			return nil
+	backoff := c.cfg.RetryInterval
+	var last error
+	for attempt := 1; ; attempt++ {
+		done := make(chan error, 1)
+		go func() {
+			_, err := ml.Join(c.cfg.Seeds)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil {
+				return nil
+			}
+			last = err
+		case <-ctx.Done():
+			_ = ml.Shutdown()
+			<-done
+			return c.joinAborted(ctx.Err(), last)
+		case <-c.ctx.Done():
+			_ = ml.Shutdown()
+			<-done
+			return c.joinAborted(ErrClosed, last)
 		}
-	case <-ctx.Done():
-		err = ctx.Err()
-		_ = ml.Shutdown()
-		<-done
-	case <-c.ctx.Done():
-		err = ErrClosed
-		_ = ml.Shutdown()
-		<-done
+		// Half the backoff, plus up to as much again at random: nodes
+		// started together don't retry together.
+		wait := backoff/2 + time.Duration(c.joinRand.Int64N(int64(backoff/2)+1))
+		c.log.Info("join failed; trying again", "seeds", c.cfg.Seeds, "attempt", attempt, "retry_in", wait, "err", last)
+		tick, stop := c.cfg.Clock.NewTicker(wait)
+		select {
+		case <-tick:
+			stop()
+		case <-ctx.Done():
+			stop()
+			_ = ml.Shutdown()
+			return c.joinAborted(ctx.Err(), last)
+		case <-c.ctx.Done():
+			stop()
+			_ = ml.Shutdown()
+			return c.joinAborted(ErrClosed, last)
+		}
+		backoff = min(2*backoff, c.cfg.MaxRetryInterval)
 	}
-	return fmt.Errorf("coordinator: join %v: %w", c.cfg.Seeds, err)
+}
+
+// joinAborted is Start's error when cause (ctx's error or ErrClosed) ended
+// the join; it wraps the last join's error too, if one failed.
+func (c *Coordinator) joinAborted(cause, last error) error {
+	if last == nil {
+		return fmt.Errorf("coordinator: join %v: %w", c.cfg.Seeds, cause)
+	}
+	return fmt.Errorf("coordinator: join %v: %w (last attempt: %w)", c.cfg.Seeds, cause, last)
 }
 
 // running returns nil while the coordinator runs: ErrClosed once it is

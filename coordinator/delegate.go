@@ -41,7 +41,13 @@ func (d *delegate) NotifyMsg(b []byte) {
 
 // GetBroadcasts implements memberlist.Delegate.
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
-	return d.c.bq.GetBroadcasts(overhead, limit)
+	out := d.c.bq.GetBroadcasts(overhead, limit)
+	n := 0
+	for _, b := range out {
+		n += len(b)
+	}
+	d.c.traffic.sentBcast.Add(uint64(n))
+	return out
 }
 
 // LocalState implements memberlist.Delegate: the stable membership and the
@@ -55,6 +61,8 @@ func (d *delegate) LocalState(join bool) []byte {
 		d.c.log.Error("encode state", "err", err)
 		return nil
 	}
+	d.c.traffic.states.Add(1)
+	d.c.traffic.stateBytes.Add(uint64(len(b)))
 	return b
 }
 
@@ -178,6 +186,7 @@ func (c *Coordinator) broadcast(name string, m ownership.GossipMessage) {
 		c.log.Error("encode gossip", "err", err)
 		return
 	}
+	c.traffic.queued.Add(1)
 	c.bq.QueueBroadcast(&namedBroadcast{name: name, msg: msg})
 }
 

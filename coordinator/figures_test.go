@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// TestFigures prints the coordinator's figures on the local preset:
+// TestFigures prints the coordinator's figures on the local preset, and
+// the scale figures of a 10-node, 271-partition cluster (scaleRun):
 //
 //	go test ./coordinator -run TestFigures -v
 func TestFigures(t *testing.T) {
@@ -76,4 +77,8 @@ func TestFigures(t *testing.T) {
 	if rejected != 0 {
 		t.Errorf("graceful leave rejected %d writes, want 0", rejected)
 	}
+
+	// The short scale run: 10 nodes x 271 partitions start, converge, and
+	// one more joins (figure: scale.10x271.*; TestScale -scale runs more).
+	scaleRun(t, 10, 271, 90*time.Second)
 }

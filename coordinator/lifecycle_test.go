@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"runtime"
@@ -544,23 +545,34 @@ func TestLeaveReturnsWhenItsContextEndsDuringTheHandoff(t *testing.T) {
 	}
 }
 
-// A join that fails (the seed hangs up) makes Start return its error, and
-// the coordinator is closed with its gossip stopped.
+// A join that keeps failing (the seed hangs up) is tried again, each
+// failure logged at Info, until Start's context ends: Start then returns
+// an error wrapping the context's error and the last join's error, and
+// the coordinator is closed with its gossip stopped (Start's doc).
 func TestStartWhoseJoinFails(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
 	defer cancel()
 	hole := newBlackHole(t, "127.0.0.1:0", false)
 	cfg, host, port := holeSeeded(t, "sfail", hole)
+	logs := newLogCapture()
+	cfg.Logger = slog.New(logs)
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeWithin(t, c)
+	startCtx, stop := context.WithTimeout(ctx, 20*cfg.RetryInterval)
+	defer stop()
 	started := make(chan error, 1)
-	go func() { started <- c.Start(ctx) }()
-	if err := result(ctx, t, started, "Start"); err == nil || errors.Is(err, ErrClosed) {
-		t.Fatalf("Start whose seed hung up returned %v, want the join's error", err)
+	go func() { started <- c.Start(startCtx) }()
+	err = result(ctx, t, started, "Start")
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "failed to join "+hole.ln.Addr().String()) {
+		t.Fatalf("Start whose seed hung up until its context ended returned %v, want the context's error wrapping the join's", err)
+	}
+	retries := logs.records(func(r logRecord) bool { return r.msg == "join failed; trying again" && r.level == slog.LevelInfo })
+	if len(retries) < 2 {
+		t.Fatalf("%d failed joins logged at Info, want every attempt (at least 2 in %v)", len(retries), 20*cfg.RetryInterval)
 	}
 	if err := gossipStopped(host, port); err != nil {
 		t.Fatalf("after a failed Start: %v", err)
@@ -568,6 +580,45 @@ func TestStartWhoseJoinFails(t *testing.T) {
 	if err := c.Start(ctx); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Start after a failed Start returned %v, want ErrClosed", err)
 	}
+}
+
+// A seed that is not up yet when a node starts is normal at a cluster's
+// start: Start keeps trying (its failures logged at Info) and succeeds
+// once the seed listens; the two then form one cluster.
+func TestStartWaitsForALateSeed(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+	defer cancel()
+	host, port := freeAddr(t) // the seed's address, reserved: nothing listens yet
+	logs := newLogCapture()
+	cfg := lifeConfig("early")
+	cfg.Logger = slog.New(logs)
+	cfg.Seeds = []string{net.JoinHostPort(host, strconv.Itoa(port))}
+	early, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeWithin(t, early)
+	started := make(chan error, 1)
+	go func() { started <- early.Start(ctx) }()
+	waitFor(ctx, t, "a failed join logged at Info", func() bool {
+		select {
+		case err := <-started:
+			t.Fatalf("Start returned %v before its seed was up, want it to keep trying", err)
+		default:
+		}
+		return len(logs.records(func(r logRecord) bool { return r.msg == "join failed; trying again" && r.level == slog.LevelInfo })) > 0
+	})
+	seedCfg := lifeConfig("late")
+	seedCfg.BindAddr, seedCfg.BindPort = host, port
+	late := startAlone(ctx, t, seedCfg)
+	if err := result(ctx, t, started, "Start"); err != nil {
+		t.Fatalf("Start whose seed came up late returned %v, want nil", err)
+	}
+	waitFor(ctx, t, "both nodes in both tables", func() bool {
+		a, b := early.Table(), late.Table()
+		return a != nil && b != nil && a.Len() == 2 && b.Len() == 2
+	})
 }
 
 // closeWithin closes c, failing the test if Close does not return within

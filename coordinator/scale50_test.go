@@ -1,0 +1,147 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/ownership"
+)
+
+// Issue 22: 50 coordinators in one process on 2 cores never converged,
+// because every troubled node pinged every member at once each probe
+// interval, which loaded the machine further (reach check storm). Nothing
+// in the test command ran more than 7 nodes, so it went unnoticed. This
+// test starts 50 x 271 (the local preset, memory fences) and must
+// converge; it logs the time and the reach pings per node per second:
+//
+//	go test ./coordinator -run TestScale50x271Converges -v
+func TestScale50x271Converges(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	r := scale50Run(ctx, t, 50, 271)
+	t.Logf("figure: scale.50x271.converge_seconds %.3f", r.converge.Seconds())
+	t.Logf("figure: scale.50x271.start_seconds %.3f", r.start.Seconds())
+	t.Logf("figure: scale.50x271.reach_pings_per_node_per_second %.2f", r.pingRate)
+	t.Logf("figure: scale.50x271.late_nodes_at_convergence %d", r.late)
+	t.Logf("figure: scale.50x271.max_lag_ms_at_convergence %.0f", r.maxLag.Seconds()*1000)
+}
+
+type scaleResult struct {
+	start, converge time.Duration // from the first Start: all started, all converged
+	pingRate        float64       // reach pings per node per second until converged
+	late            int           // nodes whose Status said Late at convergence
+	maxLag          time.Duration // the largest Status.Lag at convergence
+}
+
+// scale50Run starts n coordinators of p partitions in this process, each
+// joining the first, and waits until every one sees all n, they agree on
+// the table and every partition is held, at the fence, by its ring owner.
+func scale50Run(ctx context.Context, t *testing.T, n, p int) scaleResult {
+	t.Helper()
+	fence, err := ownership.NewMemoryFence(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*Coordinator
+	t.Cleanup(func() {
+		for _, c := range nodes {
+			c.Close()
+		}
+	})
+	begin := time.Now()
+	var addrs []string
+	pick := rand.New(rand.NewPCG(uint64(n), uint64(p)))
+	for i := range n {
+		cfg := LocalConfig()
+		cfg.Name = fmt.Sprintf("s%d", i)
+		cfg.Ring.Partitions = p
+		cfg.Handler = HandlerFuncs{}
+		cfg.Fence = fence
+		// Joins spread over the members so far: one seed answering 49
+		// push/pulls in a row is the join cost issue 22 measures
+		// separately.
+		for k := 0; k < 3 && len(addrs) > 0; k++ {
+			cfg.Seeds = append(cfg.Seeds, addrs[pick.IntN(len(addrs))])
+		}
+		c, err := startRetrying(ctx, t, cfg, i)
+		if err != nil {
+			t.Fatalf("start %s (after %v): %v", cfg.Name, time.Since(begin), err)
+		}
+		nodes = append(nodes, c)
+		addrs = append(addrs, c.GossipAddr())
+	}
+	var r scaleResult
+	r.start = time.Since(begin)
+	why := ""
+	for {
+		if why = scaleConverged(nodes, fence); why == "" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d x %d not converged %v after the first start (all started at %v): %s", n, p, time.Since(begin), r.start, why)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	r.converge = time.Since(begin)
+	var pings uint64
+	for _, c := range nodes {
+		pings += counterValue(c.metrics.reachPings)
+		st := c.Status()
+		if st.Late {
+			r.late++
+		}
+		r.maxLag = max(r.maxLag, st.Lag)
+	}
+	r.pingRate = float64(pings) / float64(n) / r.converge.Seconds()
+	return r
+}
+
+// scaleConverged returns why nodes have not converged, or "".
+func scaleConverged(nodes []*Coordinator, fence *ownership.MemoryFence) string {
+	var t0 interface{ Fingerprint() uint64 }
+	for _, c := range nodes {
+		t := c.Table()
+		if t == nil || t.Len() != len(nodes) {
+			return fmt.Sprintf("%s sees %d members, want %d", c.cfg.Name, t.Len(), len(nodes))
+		}
+		if t0 == nil {
+			t0 = t
+		} else if t.Fingerprint() != t0.Fingerprint() {
+			return c.cfg.Name + " has another table"
+		}
+		if !c.converged() {
+			return fmt.Sprintf("%s not settled (quorum %v, unreachable %d)", c.cfg.Name, c.quorumOK.Load(), len(c.Status().Unreachable))
+		}
+	}
+	t := nodes[0].Table()
+	for p := range uint32(t.Partitions()) {
+		if cur := fence.Current(p); cur.Owner != t.Owner(p) {
+			return fmt.Sprintf("partition %d fenced by %q, ring owner %q", p, cur.Owner, t.Owner(p))
+		}
+	}
+	return ""
+}
+
+// startRetrying starts a coordinator of cfg, and again (a new one) up to
+// twice if its join fails: joins that time out on a busy machine are the
+// join issue, not what this test measures; each failure is logged.
+func startRetrying(ctx context.Context, t *testing.T, cfg Config, i int) (*Coordinator, error) {
+	var err error
+	for try := range 3 {
+		cfg.Rand = rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))
+		var c *Coordinator
+		if c, err = New(cfg); err != nil {
+			return nil, err
+		}
+		if err = c.Start(ctx); err == nil {
+			return c, nil
+		}
+		c.Close()
+		t.Logf("start %s, try %d: %v", cfg.Name, try+1, err)
+	}
+	return nil, err
+}

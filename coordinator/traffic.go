@@ -1,0 +1,19 @@
+package coordinator
+
+import "sync/atomic"
+
+// traffic counts what this node sends over gossip, by channel: bytes
+// written to streams (joins and push/pulls, both the side that dialed and
+// the side that accepted) and to packets (probes, acks and gossip with
+// their piggybacked broadcasts), and the push/pull states it encoded. The
+// bytes a cluster transfers are the sum of what its nodes send.
+type traffic struct {
+	streamBytes atomic.Uint64
+	packetBytes atomic.Uint64
+	states      atomic.Uint64 // push/pull states sent (LocalState)
+	stateBytes  atomic.Uint64 // their bytes, within streamBytes
+	syncs       atomic.Uint64 // push/pulls asked of a member with a newer stable membership
+	metaUpdates atomic.Uint64 // metadata updates gossiped (memberlist UpdateNode)
+	queued      atomic.Uint64 // broadcasts of claims and stable memberships queued
+	sentBcast   atomic.Uint64 // bytes of those handed to memberlist (each transmission), within packetBytes
+}
