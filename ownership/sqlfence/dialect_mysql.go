@@ -124,3 +124,20 @@ func mysqlRequests(table string, now func() time.Time) *Requests {
 		forget:   `DELETE FROM ` + t + ` WHERE created_ms < ?`,
 	}
 }
+
+// mysqlOffsets is the offset table of MySQL: its parameters are "?", so
+// the UPDATE's come in the order they appear, and a partition's first
+// commit inserts with ON DUPLICATE KEY UPDATE of nothing, which counts 0
+// rows on a conflict (INSERT IGNORE would hide other errors too).
+func mysqlOffsets(table string) *Offsets {
+	t := backticks(table)
+	return &Offsets{
+		mysql: true,
+		schema: `CREATE TABLE IF NOT EXISTS ` + t + ` (
+	partition_id BIGINT NOT NULL PRIMARY KEY,
+	next_offset BIGINT NOT NULL) ENGINE=InnoDB`,
+		read:  `SELECT next_offset FROM ` + t + ` WHERE partition_id = ?`,
+		move:  `UPDATE ` + t + ` SET next_offset = ? WHERE partition_id = ? AND next_offset = ?`,
+		first: `INSERT INTO ` + t + ` (partition_id, next_offset) VALUES (?, ?) ON DUPLICATE KEY UPDATE partition_id = partition_id`,
+	}
+}

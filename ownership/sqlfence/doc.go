@@ -131,7 +131,8 @@
 // beside the fence: Offsets.Commit runs the batch's effects and moves the
 // offset by compare-and-set in one fenced transaction, so a batch whose
 // commit was in doubt, retried or read again, is applied once (the retry
-// fails with ErrOffsetMoved). coordinator/worker runs the consumers.
+// fails with ErrOffsetMoved), on SQLite, PostgreSQL and MySQL/MariaDB
+// (TestMariaDBOffsets). coordinator/worker runs the consumers.
 //
 // # Batching
 //

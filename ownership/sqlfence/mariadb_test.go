@@ -310,3 +310,78 @@ func TestMariaDBServerSQLMode(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Offsets on MariaDB (the MySQL dialect): Get, a first commit, the same
+// batch again (ErrOffsetMoved, nothing applied), an empty batch (from ==
+// next, which MySQL counts as 0 rows affected: not a moved offset), and a
+// former owner's commit refused. (Before, NewOffsets accepted MySQL() and
+// built PostgreSQL's SQL: every Get and Commit failed with a syntax error.)
+func TestMariaDBOffsets(t *testing.T) {
+	ctx, cancel := testContext(t)
+	defer cancel()
+	db := mariadb.open(t)
+	f, _ := newFenceTable(t, db, mariadb.dialect, sqlfence.Config{})
+	table := uniqueName(t, db, "tenure_offsets")
+	o, err := sqlfence.NewOffsets(sqlfence.MySQL(), sqlfence.OffsetsConfig{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.CreateSchema(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	effects := uniqueName(t, db, "tenure_effects")
+	if _, err := db.ExecContext(ctx, "CREATE TABLE `"+effects+"` (event_offset BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(from, next int64) func(sqlfence.Tx) error {
+		return func(tx sqlfence.Tx) error {
+			for off := from; off < next; off++ {
+				if _, err := tx.ExecContext(ctx, "INSERT INTO `"+effects+"` (event_offset) VALUES (?)", off); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	applied := func() (n int) {
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+effects+"`").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	old, cur := tok(4, 1, "a", 1), tok(4, 2, "b", 1)
+	if _, err := f.Fence(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if from, err := o.Get(ctx, db, 4); err != nil || from != 0 {
+		t.Fatalf("Get before any commit = %d, %v; want 0", from, err)
+	}
+	if err := o.Commit(ctx, f, old, 0, 0, nil); err != nil {
+		t.Fatalf("empty first commit: %v", err)
+	}
+	if err := o.Commit(ctx, f, old, 0, 3, apply(0, 3)); err != nil {
+		t.Fatalf("first commit: %v", err)
+	}
+	var moved *sqlfence.OffsetMovedError
+	if err := o.Commit(ctx, f, old, 0, 3, apply(0, 3)); !errors.As(err, &moved) || moved.Current != 3 {
+		t.Fatalf("commit of a committed batch = %v, want an *OffsetMovedError, current 3", err)
+	}
+	if err := o.Commit(ctx, f, old, 3, 3, nil); err != nil {
+		t.Fatalf("empty batch at the committed offset = %v, want nil", err)
+	}
+	if err := o.Commit(ctx, f, old, 2, 2, nil); !errors.Is(err, sqlfence.ErrOffsetMoved) {
+		t.Fatalf("empty batch at a stale offset = %v, want ErrOffsetMoved", err)
+	}
+	if _, err := f.Fence(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Commit(ctx, f, old, 3, 5, apply(3, 5)); !errors.Is(err, ownership.ErrStaleToken) {
+		t.Fatalf("former owner's commit = %v, want a stale token error", err)
+	}
+	if err := o.Commit(ctx, f, cur, 3, 5, apply(3, 5)); err != nil {
+		t.Fatalf("new owner's commit: %v", err)
+	}
+	if got, err := o.Get(ctx, db, 4); err != nil || got != 5 || applied() != 5 {
+		t.Fatalf("offset %d (%v), %d events applied; want 5 and 5", got, err, applied())
+	}
+}

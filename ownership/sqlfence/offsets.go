@@ -68,13 +68,16 @@ type OffsetsConfig struct {
 // concurrent use.
 type Offsets struct {
 	schema, read, move, first string
+	// mysql: move's parameters are (next, p, from), and an UPDATE that
+	// changes nothing counts 0 rows (from == next).
+	mysql bool
 }
 
 // NewOffsets returns the offset table of dialect d for cfg. It does not
 // touch the database: call CreateSchema.
 func NewOffsets(d Dialect, cfg OffsetsConfig) (*Offsets, error) {
 	if d.name == "" {
-		return nil, errors.New("sqlfence: zero Dialect; use SQLite() or Postgres()")
+		return nil, errors.New("sqlfence: zero Dialect; use SQLite(), Postgres() or MySQL()")
 	}
 	if cfg.Table == "" {
 		cfg.Table = DefaultOffsetsTable
@@ -82,6 +85,9 @@ func NewOffsets(d Dialect, cfg OffsetsConfig) (*Offsets, error) {
 	t, err := quoteTable(cfg.Table)
 	if err != nil {
 		return nil, err
+	}
+	if d.name == MySQL().name {
+		return mysqlOffsets(t), nil
 	}
 	return &Offsets{
 		schema: `CREATE TABLE IF NOT EXISTS ` + t + ` (
@@ -131,7 +137,11 @@ func (o *Offsets) Advance(ctx context.Context, tx Tx, p uint32, from, next int64
 	if next < from || from < 0 {
 		return fmt.Errorf("sqlfence: advance p%d from %d to %d: offsets only move forward", p, from, next)
 	}
-	res, err := tx.ExecContext(ctx, o.move, int64(p), from, next)
+	args := []any{int64(p), from, next}
+	if o.mysql {
+		args = []any{next, int64(p), from}
+	}
+	res, err := tx.ExecContext(ctx, o.move, args...)
 	if err != nil {
 		return fmt.Errorf("sqlfence: advance the offset of p%d: %w", p, err)
 	}
@@ -159,6 +169,9 @@ func (o *Offsets) Advance(ctx context.Context, tx Tx, p uint32, from, next int64
 	cur, err := o.Get(ctx, tx, p)
 	if err != nil {
 		return err
+	}
+	if o.mysql && from == next && cur == from {
+		return nil // MySQL counts a row the UPDATE matched but left as it was as 0
 	}
 	return &OffsetMovedError{Partition: p, From: from, Current: cur}
 }
