@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,8 @@ import (
 // which ends the lease, and the worker stops; any other error (an unknown
 // outcome, sqlfence.ErrOffsetMoved, a failed read) is logged and the
 // worker backs off, then calls again: Func reads the committed offset
-// anew each time.
+// anew each time. A panic in Func is such an error (logged with its
+// stack, counted in Stats.Errors), not a crash of the node.
 type Func func(ctx context.Context, lease *ownership.Lease) (int, error)
 
 // Reporter is where a worker reports a write the fence refused: a
@@ -157,6 +159,9 @@ type work struct {
 
 var _ coordinator.Handler = (*Runtime)(nil)
 
+// errNotNew is Acquire's error on a Runtime New did not make.
+var errNotNew = errors.New("worker: Runtime not made by New")
+
 // New returns a Runtime for cfg. It starts nothing: the coordinator's
 // grants start the workers.
 func New(cfg Config) (*Runtime, error) {
@@ -185,6 +190,9 @@ func (r *Runtime) Bind(rep Reporter) {
 // Acquire starts the lease's worker, after Config.Start. It is
 // coordinator.Handler.Acquire.
 func (r *Runtime) Acquire(ctx context.Context, lease *ownership.Lease) error {
+	if r.sem == nil {
+		return errNotNew
+	}
 	if r.cfg.Start != nil {
 		if err := r.cfg.Start(ctx, lease); err != nil {
 			return err
@@ -226,6 +234,9 @@ func (r *Runtime) Release(ctx context.Context, lease *ownership.Lease) error {
 // Call it after the coordinator's Close (or Leave, which drains them
 // first). It is idempotent and returns nil.
 func (r *Runtime) Close() error {
+	if r.cancel == nil {
+		return nil // not made by New: nothing started
+	}
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
@@ -267,7 +278,7 @@ func (r *Runtime) run(lease *ownership.Lease, w *work) {
 		if !r.slot(ctx, w) {
 			continue // stopped: the next round says why
 		}
-		n, err := r.cfg.Process(ctx, lease)
+		n, err := r.process(ctx, lease, log)
 		<-r.sem
 		switch {
 		case err == nil && n > 0:
@@ -291,6 +302,20 @@ func (r *Runtime) run(lease *ownership.Lease, w *work) {
 		wait = r.next(wait)
 		r.sleep(ctx, w, wait)
 	}
+}
+
+// process calls Config.Process; a panic in it is the batch's error (its
+// transaction, if any, rolled back as the panic left it), not a crash of
+// the node: a batch that panics wherever it runs would otherwise take
+// every node down in turn.
+func (r *Runtime) process(ctx context.Context, lease *ownership.Lease, log *slog.Logger) (n int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			log.Error("Process panicked", "panic", v, "stack", string(debug.Stack()))
+			n, err = 0, fmt.Errorf("worker: Process of p%d panicked: %v", lease.Partition(), v)
+		}
+	}()
+	return r.cfg.Process(ctx, lease)
 }
 
 // stopped returns why the worker must stop now (nil: go on).

@@ -384,3 +384,60 @@ func TestBindNilReporter(t *testing.T) {
 		}
 	}
 }
+
+// A Process that panics is a failed batch, not a crash of the node: the
+// worker logs it, counts it in Stats.Errors, backs off and calls again.
+// (Before, the panic ended the program: a batch that panics on every
+// node would have taken the cluster down one node at a time.)
+func TestProcessPanicIsAFailedBatch(t *testing.T) {
+	ctx := testContext(t)
+	var calls atomic.Int32
+	done := make(chan struct{})
+	rt, fake := newRuntime(t, worker.Config{
+		PollInterval: time.Millisecond,
+		Process: func(ctx context.Context, l *ownership.Lease) (int, error) {
+			switch calls.Add(1) {
+			case 1:
+				panic("a poison event")
+			case 2:
+				close(done)
+				return 1, nil
+			}
+			return 0, nil
+		},
+	})
+	if _, err := fake.Grant(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("no call after the panic")
+	}
+	tenuretest.WaitFor(ctx, t, "the batch after the panic counted", func() bool { return rt.Stats().Batches == 1 })
+	if s := rt.Stats(); s.Errors != 1 || s.Running != 1 {
+		t.Errorf("stats after a panic: %+v, want 1 error and the worker running", s)
+	}
+}
+
+// A Runtime not made by New (its zero value) refuses Acquire with an
+// error instead of panicking on the coordinator's goroutine; its other
+// methods do nothing.
+func TestZeroRuntime(t *testing.T) {
+	ctx := testContext(t)
+	var rt worker.Runtime
+	fake, err := tenuretest.NewFake(tenuretest.FakeConfig{Handler: &rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close(ctx)
+	if _, err := fake.Grant(ctx, 1); err == nil {
+		t.Fatal("Acquire of a zero Runtime succeeded")
+	}
+	if err := rt.Close(); err != nil {
+		t.Errorf("Close of a zero Runtime: %v", err)
+	}
+	if s := rt.Stats(); s != (worker.Stats{}) {
+		t.Errorf("Stats of a zero Runtime: %+v", s)
+	}
+}
