@@ -18,7 +18,11 @@
 // deleted when it stops. A batch fetched twice (a commit whose answer was
 // lost, a new owner reading what the former one fetched) moves the offset
 // once: the second commit fails with sqlfence.ErrOffsetMoved and writes
-// nothing, and the next fetch starts at the committed offset.
+// nothing, and the next fetch starts at the committed offset. Messages the
+// server delivered but the Source never read (a fetch the client ended
+// before they arrived) show as a jump in the consumer's delivery sequence:
+// the fetch fails and the next one reads from the committed offset again
+// (TestDeliveriesLostInTransitAreReadAgain).
 //
 // # The caller's duties, in order
 //

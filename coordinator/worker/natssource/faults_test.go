@@ -195,3 +195,105 @@ func seqOf(t *testing.T, m jetstream.Msg) uint64 {
 	}
 	return md.Sequence.Stream
 }
+
+// Messages the server delivered to the Source's consumer that the Source
+// never saw (a fetch that gave up on the client before they arrived: the
+// client ends a fetch that hears nothing for a second without an error,
+// and an ack-less consumer has moved past what it sent) are read again
+// from the committed offset, not skipped. Here another client takes them
+// from the consumer, as the inbox of a fetch that gave up does. (Before,
+// the Source went on with its consumer from where the server was: the
+// taken messages were never applied.)
+func TestDeliveriesLostInTransitAreReadAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := newBroker(t, ctx, 2, 4)
+	if err := b.produce(ctx, 30); err != nil {
+		t.Fatal(err)
+	}
+	p := b.produced[0].Partition
+	var want []string
+	for _, r := range b.produced {
+		if r.Partition == p {
+			want = append(want, r.ID)
+		}
+	}
+	if len(want) < 6 {
+		t.Fatalf("p%d has %d events, want at least 6", p, len(want))
+	}
+	fk, err := tenuretest.NewFake(tenuretest.FakeConfig{Partitions: 2, Fence: b.fence, Handler: nopHandler{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := fk.Grant(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := natssource.New(natssource.Config{Stream: b.stream, Prefix: b.prefix, DB: b.db, Fence: b.fence, Offsets: b.offsets, Batch: 2, Apply: apply})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Stop(lease, nil)
+	if n, err := src.Process(ctx, lease); err != nil || n != 2 {
+		t.Fatalf("first batch: %d, %v", n, err)
+	}
+	// Two deliveries of the Source's consumer go elsewhere.
+	names := b.stream.ConsumerNames(ctx)
+	var name string
+	for n := range names.Name() {
+		name = n
+	}
+	if err := names.Err(); err != nil || name == "" {
+		t.Fatalf("the Source's consumer: %q, %v", name, err)
+	}
+	cons, err := b.stream.Consumer(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cons.FetchNoWait(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := 0
+	for range res.Messages() {
+		lost++
+	}
+	if lost != 2 {
+		t.Fatalf("%d deliveries taken, want 2", lost)
+	}
+	for i := 0; ; i++ {
+		n, err := src.Process(ctx, lease)
+		if err == nil && n == 0 {
+			break
+		}
+		if i > 3*len(want) {
+			t.Fatalf("partition not consumed after %d batches (last: %d, %v)", i, n, err)
+		}
+	}
+	var got []string
+	rows, err := b.db.QueryContext(ctx, `SELECT stream_seq FROM applied WHERE partition_id = $1 ORDER BY seq`, int64(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var produced, applied []worker.Record
+	for _, id := range want {
+		produced = append(produced, worker.Record{Partition: p, ID: id})
+	}
+	for _, id := range got {
+		applied = append(applied, worker.Record{Partition: p, ID: id})
+	}
+	if err := worker.Check(produced, applied).Err(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -92,6 +92,12 @@ type Source struct {
 type cursor struct {
 	cons jetstream.Consumer
 	next int64 // the offset the consumer delivers from; -1: unknown
+	// delivered is the consumer sequence of the last message the Source
+	// read from cons: the next must be delivered+1. A jump means the
+	// server delivered messages the Source never saw (a fetch the client
+	// ended, silently, after a second without a message, while they were
+	// on their way): an ack-less consumer does not send them again.
+	delivered uint64
 }
 
 // Batch is what Fetch read of a partition: its messages from offset
@@ -152,6 +158,12 @@ func (s *Source) Fetch(ctx context.Context, lease *ownership.Lease) (Batch, erro
 		if err != nil {
 			return Batch{}, fmt.Errorf("natssource: fetch p%d: %w", p, err)
 		}
+		if md.Sequence.Consumer != c.delivered+1 {
+			// Deliveries were lost: c.next stays -1, so the next Fetch
+			// reads from the committed offset on a new consumer.
+			return Batch{}, fmt.Errorf("natssource: fetch p%d: delivery %d after %d: messages lost on the way; reading again from %d", p, md.Sequence.Consumer, c.delivered, from)
+		}
+		c.delivered++
 		b.Msgs = append(b.Msgs, m)
 		b.Next = int64(md.Sequence.Stream) + 1
 	}
