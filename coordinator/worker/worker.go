@@ -53,8 +53,11 @@ type Config struct {
 	// coordinator.Handler: a stale token drops the lease, another error
 	// gives the claim back and retries later) and the worker doesn't start.
 	Start func(ctx context.Context, lease *ownership.Lease) error
-	// Stop, if set, is called once for every lease whose worker started,
-	// on the worker's goroutine after its last batch: err is nil after a
+	// Stop, if set, is called once for every lease whose Start returned nil
+	// (every lease whose worker started, without Start). Close while Start
+	// runs: the worker never starts and Stop is called in Acquire with
+	// coordinator.ErrClosed; after Close, Acquire calls neither. Otherwise
+	// it is called on the worker's goroutine after its last batch: err is nil after a
 	// planned release (the batch in hand committed), the lease's end cause
 	// after a lost lease, the refused write after a stale commit, or
 	// coordinator.ErrClosed at Close. It must not block for long.
@@ -193,6 +196,12 @@ func (r *Runtime) Acquire(ctx context.Context, lease *ownership.Lease) error {
 	if r.sem == nil {
 		return errNotNew
 	}
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return coordinator.ErrClosed // no Start without its Stop
+	}
 	if r.cfg.Start != nil {
 		if err := r.cfg.Start(ctx, lease); err != nil {
 			return err
@@ -202,6 +211,11 @@ func (r *Runtime) Acquire(ctx context.Context, lease *ownership.Lease) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
+		// Close came while Start ran: the worker never starts, and the
+		// Start it had is paired with its Stop.
+		if r.cfg.Stop != nil {
+			r.cfg.Stop(lease, coordinator.ErrClosed)
+		}
 		return coordinator.ErrClosed
 	}
 	r.workers[lease] = w

@@ -441,3 +441,47 @@ func TestZeroRuntime(t *testing.T) {
 		t.Errorf("Stats of a zero Runtime: %+v", s)
 	}
 }
+
+// Review of issue 23: Acquire ran Start before it checked for Close, so a
+// Close while Start ran (or before Acquire) left a Start without its Stop.
+// Now a Close during Start gets its Stop (coordinator.ErrClosed) and an
+// Acquire after Close calls neither.
+func TestNoStartWithoutStop(t *testing.T) {
+	ctx := testContext(t)
+	inStart, proceed := make(chan struct{}), make(chan struct{})
+	var starts atomic.Int32
+	var st stops
+	rt, fake := newRuntime(t, worker.Config{
+		Start: func(ctx context.Context, l *ownership.Lease) error {
+			if starts.Add(1) == 1 {
+				close(inStart)
+				<-proceed
+			}
+			return nil
+		},
+		Stop:    st.stop,
+		Process: func(ctx context.Context, l *ownership.Lease) (int, error) { return 0, nil },
+	})
+	granted := make(chan error, 1)
+	go func() {
+		_, err := fake.Grant(ctx, 1)
+		granted <- err
+	}()
+	<-inStart
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	if err := <-granted; !errors.Is(err, coordinator.ErrClosed) {
+		t.Fatalf("Acquire that Close overtook: %v, want coordinator.ErrClosed", err)
+	}
+	if got := st.of(1); len(got) != 1 || !errors.Is(got[0], coordinator.ErrClosed) {
+		t.Fatalf("Stop calls for the lease whose Start ran: %v, want one with ErrClosed", got)
+	}
+	if _, err := fake.Grant(ctx, 2); !errors.Is(err, coordinator.ErrClosed) {
+		t.Fatalf("Acquire after Close: %v, want coordinator.ErrClosed", err)
+	}
+	if n := starts.Load(); n != 1 {
+		t.Fatalf("Start ran %d times, want 1 (none after Close)", n)
+	}
+}
