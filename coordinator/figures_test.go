@@ -76,4 +76,5 @@ func TestFigures(t *testing.T) {
 	if rejected != 0 {
 		t.Errorf("graceful leave rejected %d writes, want 0", rejected)
 	}
+	statusFigures(t)
 }
