@@ -22,6 +22,8 @@ import (
 // the DOM and the computed styles.
 type pageState struct {
 	Refreshes int               `json:"refreshes"`
+	Deltas    int               `json:"deltas"`
+	Bytes     int               `json:"bytes"`
 	Errors    int               `json:"errors"`
 	Stale     bool              `json:"stale"`
 	Cells     []cellState       `json:"cells"`
@@ -46,7 +48,7 @@ const readPage = `(() => {
   const d = document.body.dataset, sw = {};
   document.querySelectorAll('#legend .sw').forEach(e => sw[e.dataset.node] = getComputedStyle(e).backgroundColor);
   return {
-    refreshes: +d.refreshes || 0, errors: +d.errors || 0, stale: document.body.classList.contains('stale'),
+    refreshes: +d.refreshes || 0, deltas: +d.deltas || 0, bytes: +d.bytes || 0, errors: +d.errors || 0, stale: document.body.classList.contains('stale'),
     cells: [...document.querySelectorAll('#grid .cell')].map(c => ({p: +c.dataset.partition, holder: c.dataset.holder || '',
       owner: c.dataset.owner || '', state: c.dataset.state || '', color: getComputedStyle(c).backgroundColor})),
     swatches: sw,
@@ -171,6 +173,9 @@ func TestStatusPageLive(t *testing.T) {
 	})
 	check(t, s.Refreshes-seen <= 2, "the moved cells took %d refreshes to show", s.Refreshes-seen)
 	checkMap(t, s, nodes[0].Status())
+	// The page loaded the status whole once and followed the crash from
+	// deltas: what it shows is the node's status.
+	check(t, s.Deltas >= 2 && s.Deltas < s.Refreshes, "%d of %d refreshes were deltas", s.Deltas, s.Refreshes)
 	maxMoving, err := chromedp.Run(b, chromedp.Evaluate[int](`window.__maxMoving`))
 	check(t, err == nil && maxMoving >= held, "at most %d cells were seen moving (%v), node-2 held %d", maxMoving, err, held)
 	check(t, len(s.Members) == 2, "members table lists %v", s.Members)
