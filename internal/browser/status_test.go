@@ -277,6 +277,20 @@ func TestStatusPageBadInput(t *testing.T) {
 	pwned, err := chromedp.Run(b, chromedp.Evaluate[bool](`window.__pwned === 1`))
 	check(t, err == nil && !pwned, "a name ran script (%v)", err)
 
+	// Deltas: a whole status with a version, then a delta from it with
+	// rows out of range and fields of the wrong types: the page applies
+	// what fits and throws nothing.
+	set(jsonOf(coordinator.StatusDelta{Status: hugeStatus(2, 3), Version: "v1", Full: true}))
+	s = waitPage(t, b, "a versioned status", func(s pageState) bool { return len(s.Cells) == 3 && s.Cells[2].Holder == "m0000" })
+	deltas := s.Deltas
+	set(raw(200, `{"version":"v2","since":"v1","full":false,"partition_count":3,"members":"x","removed_members":5,
+		"timeline":[null,{"seq":"a","moves":null}],"stable":7,
+		"partitions":[{"partition":99999},{"partition":-1},null,{"partition":1,"holder":"m0000","owner":"m0001","state":"elsewhere"}]}`))
+	s = waitPage(t, b, "the delta", func(s pageState) bool { return s.Deltas > deltas })
+	check(t, len(s.Cells) == 3 && s.Cells[1].Holder == "m0000" && s.Cells[1].State == "elsewhere" && s.Cells[0].Holder == "m0000" &&
+		s.Cells[2].Holder == "m0000", "after a hostile delta: %+v", s.Cells)
+	check(t, len(s.Members) == 2, "after a hostile delta: members %v", s.Members)
+
 	// Not JSON, an HTTP error, no answer: the banner says so, the last
 	// good state stays.
 	for _, c := range []struct {
