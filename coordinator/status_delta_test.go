@@ -346,3 +346,26 @@ func statusFigures(t *testing.T) {
 	fmt.Printf("figure: status.full_refresh_bytes_4096 %d\n", full)
 	fmt.Printf("figure: status.refresh_bytes_4096_one_move %d (target < 2048)\n", refresh)
 }
+
+// Whatever since a client sends (the page's query string), the node
+// answers the whole status or a delta from a version it keeps, and never
+// panics.
+func FuzzStatusSince(f *testing.F) {
+	for _, s := range []string{"", testInc + ".2", testInc + ".0", testInc + ".18446744073709551615", ".", testInc + ".-1", "x.1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, since string) {
+		var l statusLog
+		fs := newFakeStatus(1, 8)
+		now := time.Unix(1, 0)
+		for range 4 {
+			now = now.Add(statusScanEvery)
+			l.since("", testInc, now, fs.step)
+		}
+		d := l.since(since, testInc, now, func() Status { return l.last })
+		v, ok := parseVersion(since, testInc)
+		if !d.Full && (!ok || v < l.base || v > l.seq || d.Since != since) {
+			t.Fatalf("since %q: a delta from a version the log does not keep (%d..%d)", since, l.base, l.seq)
+		}
+	})
+}
