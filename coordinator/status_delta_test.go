@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -368,4 +370,47 @@ func FuzzStatusSince(f *testing.F) {
 			t.Fatalf("since %q: a delta from a version the log does not keep (%d..%d)", since, l.base, l.seq)
 		}
 	})
+}
+
+// StatusDelta's JSON is Status's plus the fields its doc comment lists,
+// each under its documented name.
+func TestStatusDeltaJSONMatchesItsDoc(t *testing.T) {
+	keys := func(v any) map[string]bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for k := range m {
+			out[k] = true
+		}
+		return out
+	}
+	base, delta := keys(Status{}), keys(StatusDelta{})
+	src, err := os.ReadFile("status_delta.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(src[:bytes.Index(src, []byte("type StatusDelta struct"))])
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^//\t([a-z_]+) +(string|bool|number|\[\]string|\[\]object) `).FindAllStringSubmatch(doc, -1) {
+		documented[m[1]] = true
+	}
+	for k := range delta {
+		if !base[k] && !documented[k] {
+			t.Errorf("the delta's field %s is not in StatusDelta's doc", k)
+		}
+	}
+	for k := range documented {
+		if !delta[k] {
+			t.Errorf("StatusDelta's doc lists %s, the JSON has no such field", k)
+		}
+	}
+	if len(documented) < 5 {
+		t.Fatalf("read only %v from the doc", documented)
+	}
 }
