@@ -81,4 +81,5 @@ func TestFigures(t *testing.T) {
 	// The short scale run: 10 nodes x 271 partitions start, converge, and
 	// one more joins (figure: scale.10x271.*; TestScale -scale runs more).
 	scaleRun(t, 10, 271, 90*time.Second)
+	statusFigures(t)
 }

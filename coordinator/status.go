@@ -57,6 +57,7 @@ import (
 //	                           member other than the owner: a handoff waiting for the
 //	                           holder's release), "unowned" (never claimed, or no owner)
 //	timeline          []object recent changes of the table, newest last (MoveGroup):
+//	  seq             number   the group's number: one more than the group before it
 //	  time            string   when this node saw the change
 //	  causes          []object the membership changes behind it (Cause):
 //	    kind          string   "joined"; "left" (it had handed off every partition);
@@ -209,9 +210,13 @@ func counterValue(c interface{ Write(*dto.Metric) error }) uint64 {
 
 // StatusHandler returns an http.Handler for the status page: HTML for
 // browsers (a partition map, the members, the timeline of moves and the
-// node's health, refreshed every second from the JSON without a reload; it
-// loads nothing from elsewhere, so it works offline), and JSON (Status)
-// when the request has ?format=json or asks for application/json.
+// node's health, refreshed every second without a reload; it loads
+// nothing from elsewhere, so it works offline), and JSON (Status) when the
+// request has ?format=json or asks for application/json. With
+// &since=VERSION the JSON is a StatusDelta, compact: what changed since
+// that version (since= empty: the whole status and its version). The page
+// loads the whole status once, then asks for deltas, so a refresh costs
+// what changed, not the table's size.
 func (c *Coordinator) StatusHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -220,8 +225,13 @@ func (c *Coordinator) StatusHandler() http.Handler {
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
-		if r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json") {
+		q := r.URL.Query()
+		if q.Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json") {
 			w.Header().Set("Content-Type", "application/json")
+			if q.Has("since") {
+				_ = json.NewEncoder(w).Encode(c.StatusSince(q.Get("since")))
+				return
+			}
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", " ")
 			_ = enc.Encode(c.Status())

@@ -13,6 +13,7 @@ import (
 // with what caused it and which partitions it moved: the status page's
 // timeline shows one line per group rather than one per token.
 type MoveGroup struct {
+	Seq        uint64    `json:"seq"`
 	Time       time.Time `json:"time"`
 	Causes     []Cause   `json:"causes"`
 	Moved      int       `json:"moved"`
@@ -50,6 +51,11 @@ type timeline struct {
 	mu     sync.Mutex
 	last   *ring.Table
 	groups []MoveGroup
+	seq    uint64 // the last group's Seq
+
+	// changes versions the whole Status for StatusSince; every event
+	// marks it dirty.
+	changes statusLog
 }
 
 // observe records e; t is the table after e, reg the claims heard.
@@ -72,7 +78,8 @@ func (tl *timeline) observe(e Event, t *ring.Table, reg *ownership.Register) {
 		if n := len(tl.groups); n > 0 && pending(tl.groups[n-1], reg) > 0 {
 			tl.groups[n-1].Superseded = true
 		}
-		g := MoveGroup{Time: e.Time, Causes: []Cause{}, Moves: groupMoves(ring.Diff(tl.last, t))}
+		tl.seq++
+		g := MoveGroup{Seq: tl.seq, Time: e.Time, Causes: []Cause{}, Moves: groupMoves(ring.Diff(tl.last, t))}
 		for _, m := range g.Moves {
 			g.Moved += len(m.Partitions)
 		}
@@ -84,7 +91,8 @@ func (tl *timeline) observe(e Event, t *ring.Table, reg *ownership.Register) {
 	}
 	if cause != nil {
 		if len(tl.groups) == 0 {
-			tl.groups = append(tl.groups, MoveGroup{Time: e.Time, Moves: []Move{}})
+			tl.seq++
+			tl.groups = append(tl.groups, MoveGroup{Seq: tl.seq, Time: e.Time, Moves: []Move{}})
 		}
 		g := &tl.groups[len(tl.groups)-1]
 		g.Causes = append(g.Causes, *cause)
@@ -151,4 +159,7 @@ func heldBy(reg *ownership.Register, node string) int {
 
 // observeEvent feeds the timeline; the event publisher calls it for every
 // event, before subscribers see it.
-func (c *Coordinator) observeEvent(e Event) { c.timeline.observe(e, c.Table(), c.reg) }
+func (c *Coordinator) observeEvent(e Event) {
+	c.timeline.observe(e, c.Table(), c.reg)
+	c.timeline.changes.dirty.Store(true)
+}

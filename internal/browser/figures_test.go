@@ -15,7 +15,8 @@ import (
 
 // TestFigures prints the status page's figures: the time Chromium takes
 // to draw a real node's page of 4096 partitions (building the page from
-// its JSON, layout included; target <= 200 ms). TestMain adds how many
+// its JSON, layout included; target <= 200 ms), a refresh's, and the
+// bytes an idle refresh (a delta) brings. TestMain adds how many
 // browser checks passed in the run:
 //
 //	go test ./internal/browser -count=1 -v | grep figure:
@@ -43,6 +44,10 @@ func TestFigures(t *testing.T) {
 	slices.Sort(firsts)
 	fmt.Printf("figure: ui.status_page_ms %.1f (median %.1f)\n", firsts[0], firsts[len(firsts)/2])
 	fmt.Printf("figure: ui.status_page_refresh_ms %.1f\n", s.RenderMs)
+	// A refresh after the first load is a delta: its body's size, with
+	// nothing moved (coordinator's TestFigures has one with a move).
+	check(t, s.Deltas >= 2, "%d of %d refreshes were deltas", s.Deltas, s.Refreshes)
+	fmt.Printf("figure: ui.status_page_refresh_bytes_idle %d\n", s.Bytes)
 }
 
 // chromedp stays out of what users build: no package outside tests and

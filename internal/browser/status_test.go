@@ -22,6 +22,8 @@ import (
 // the DOM and the computed styles.
 type pageState struct {
 	Refreshes int               `json:"refreshes"`
+	Deltas    int               `json:"deltas"`
+	Bytes     int               `json:"bytes"`
 	Errors    int               `json:"errors"`
 	Stale     bool              `json:"stale"`
 	Cells     []cellState       `json:"cells"`
@@ -46,7 +48,7 @@ const readPage = `(() => {
   const d = document.body.dataset, sw = {};
   document.querySelectorAll('#legend .sw').forEach(e => sw[e.dataset.node] = getComputedStyle(e).backgroundColor);
   return {
-    refreshes: +d.refreshes || 0, errors: +d.errors || 0, stale: document.body.classList.contains('stale'),
+    refreshes: +d.refreshes || 0, deltas: +d.deltas || 0, bytes: +d.bytes || 0, errors: +d.errors || 0, stale: document.body.classList.contains('stale'),
     cells: [...document.querySelectorAll('#grid .cell')].map(c => ({p: +c.dataset.partition, holder: c.dataset.holder || '',
       owner: c.dataset.owner || '', state: c.dataset.state || '', color: getComputedStyle(c).backgroundColor})),
     swatches: sw,
@@ -171,6 +173,9 @@ func TestStatusPageLive(t *testing.T) {
 	})
 	check(t, s.Refreshes-seen <= 2, "the moved cells took %d refreshes to show", s.Refreshes-seen)
 	checkMap(t, s, nodes[0].Status())
+	// The page loaded the status whole once and followed the crash from
+	// deltas: what it shows is the node's status.
+	check(t, s.Deltas >= 2 && s.Deltas < s.Refreshes, "%d of %d refreshes were deltas", s.Deltas, s.Refreshes)
 	maxMoving, err := chromedp.Run(b, chromedp.Evaluate[int](`window.__maxMoving`))
 	check(t, err == nil && maxMoving >= held, "at most %d cells were seen moving (%v), node-2 held %d", maxMoving, err, held)
 	check(t, len(s.Members) == 2, "members table lists %v", s.Members)
@@ -271,6 +276,20 @@ func TestStatusPageBadInput(t *testing.T) {
 	check(t, strings.Contains(s.Timeline, evil+" failed"), "hostile timeline %q", s.Timeline)
 	pwned, err := chromedp.Run(b, chromedp.Evaluate[bool](`window.__pwned === 1`))
 	check(t, err == nil && !pwned, "a name ran script (%v)", err)
+
+	// Deltas: a whole status with a version, then a delta from it with
+	// rows out of range and fields of the wrong types: the page applies
+	// what fits and throws nothing.
+	set(jsonOf(coordinator.StatusDelta{Status: hugeStatus(2, 3), Version: "v1", Full: true}))
+	s = waitPage(t, b, "a versioned status", func(s pageState) bool { return len(s.Cells) == 3 && s.Cells[2].Holder == "m0000" })
+	deltas := s.Deltas
+	set(raw(200, `{"version":"v2","since":"v1","full":false,"partition_count":3,"members":"x","removed_members":5,
+		"timeline":[null,{"seq":"a","moves":null}],"stable":7,
+		"partitions":[{"partition":99999},{"partition":-1},null,{"partition":1,"holder":"m0000","owner":"m0001","state":"elsewhere"}]}`))
+	s = waitPage(t, b, "the delta", func(s pageState) bool { return s.Deltas > deltas })
+	check(t, len(s.Cells) == 3 && s.Cells[1].Holder == "m0000" && s.Cells[1].State == "elsewhere" && s.Cells[0].Holder == "m0000" &&
+		s.Cells[2].Holder == "m0000", "after a hostile delta: %+v", s.Cells)
+	check(t, len(s.Members) == 2, "after a hostile delta: members %v", s.Members)
 
 	// Not JSON, an HTTP error, no answer: the banner says so, the last
 	// good state stays.

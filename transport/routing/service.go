@@ -33,11 +33,14 @@ type OwnershipSource interface {
 type OwnershipServiceConfig struct {
 	// Source is the node's coordinator. Required.
 	Source OwnershipSource
-	// PollInterval is how often a Watch re-reads every partition's owner
-	// besides on each coordinator event: the tokens of other nodes' claims
-	// arrive by gossip without an event. Default 250 ms. Shorter intervals
-	// report claims sooner and cost a scan of the table per watcher each
-	// time.
+	// PollInterval is how often a Watch looks for changed owners besides
+	// on each coordinator event: the tokens of other nodes' claims arrive
+	// by gossip without an event. Default 250 ms. Shorter intervals report
+	// claims sooner. With a source that reports what changed (StatusSince,
+	// as *coordinator.Coordinator does) a poll re-reads only the changed
+	// partitions, and the node reads its table at most once per 50 ms for
+	// all watchers; with any other source each poll of each watcher
+	// re-reads every partition.
 	PollInterval time.Duration
 	// MaxBatch is the most partitions one Watch message lists; a larger
 	// snapshot or change spans several messages. Default 4096.
@@ -137,6 +140,13 @@ func (s *OwnershipService) Status(context.Context, *pb.StatusRequest) (*pb.Statu
 	return resp, nil
 }
 
+// StatusDeltas is a source that reports what changed in its Status since
+// a version; *coordinator.Coordinator is one. A Watch on such a source
+// re-reads only the partitions that changed.
+type StatusDeltas interface {
+	StatusSince(version string) coordinator.StatusDelta
+}
+
 // Watch streams the owners of every partition, then their changes.
 func (s *OwnershipService) Watch(_ *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.OwnershipChange]) error {
 	ctx := stream.Context()
@@ -145,28 +155,18 @@ func (s *OwnershipService) Watch(_ *pb.WatchRequest, stream grpc.ServerStreaming
 	tick := time.NewTicker(s.poll)
 	defer tick.Stop()
 
-	var last []*pb.PartitionOwner // by partition; nil until the first snapshot
-	update := func() error {
+	w := &watcher{svc: s}
+	w.deltas, _ = s.src.(StatusDeltas)
+	update := func(all bool) error {
 		t := s.src.Table()
 		if t == nil {
 			return nil
 		}
-		cur := s.scan(t.Partitions())
-		snapshot := len(last) != len(cur)
-		var changed []*pb.PartitionOwner
-		for p, o := range cur {
-			if snapshot || !samePartitionOwner(last[p], o) {
-				changed = append(changed, o)
-			}
-		}
-		if err := s.send(stream, snapshot, uint32(len(cur)), changed); err != nil {
-			return err
-		}
-		last = cur
-		return nil
+		snapshot, n, changed := w.changes(t.Partitions(), all)
+		return s.send(stream, snapshot, n, changed)
 	}
 	for {
-		if err := update(); err != nil {
+		if err := update(false); err != nil {
 			return err
 		}
 		select {
@@ -176,7 +176,7 @@ func (s *OwnershipService) Watch(_ *pb.WatchRequest, stream grpc.ServerStreaming
 			if !ok {
 				// The node is closing: its last releases may have landed
 				// after the last scan. Send them, then end.
-				if err := update(); err != nil {
+				if err := update(true); err != nil {
 					return err
 				}
 				return status.Error(codes.Unavailable, "tenure: the node is shutting down")
@@ -186,17 +186,97 @@ func (s *OwnershipService) Watch(_ *pb.WatchRequest, stream grpc.ServerStreaming
 	}
 }
 
+// watcher is one Watch's view of the owners it sent.
+type watcher struct {
+	svc     *OwnershipService
+	deltas  StatusDeltas         // nil: re-read every partition each time
+	last    []*pb.PartitionOwner // by partition; nil until the first snapshot
+	version string               // of the status last read from deltas
+	addrs   map[string]string    // member -> service address, as last read
+}
+
+// changes re-reads what may have changed in a table of n partitions (all
+// of it: every partition) and returns the owners that did, and whether
+// they are a new snapshot.
+func (w *watcher) changes(n int, all bool) (snapshot bool, count uint32, changed []*pb.PartitionOwner) {
+	snapshot = len(w.last) != n
+	todo := w.todo(n)
+	if all || snapshot || todo == nil {
+		cur := w.svc.scan(n)
+		for p, o := range cur {
+			if snapshot || !samePartitionOwner(w.last[p], o) {
+				changed = append(changed, o)
+			}
+		}
+		w.last = cur
+		return snapshot, uint32(n), changed
+	}
+	for _, p := range todo {
+		if o := w.svc.read(p); !samePartitionOwner(w.last[p], o) {
+			changed = append(changed, o)
+			w.last[p] = o
+		}
+	}
+	return false, uint32(n), changed
+}
+
+// todo lists the partitions whose owner may have changed since the last
+// call: those whose row in the node's status changed, and those owned by
+// a member whose address changed. nil: any of them (no deltas, or the
+// node sent its whole status).
+func (w *watcher) todo(n int) []uint32 {
+	if w.deltas == nil {
+		return nil
+	}
+	d := w.deltas.StatusSince(w.version)
+	w.version = d.Version
+	if d.Full || d.PartitionCount != n || len(w.last) != n {
+		w.addrs = map[string]string{}
+		for _, m := range d.Members {
+			w.addrs[m.Name] = m.ServiceAddr
+		}
+		return nil
+	}
+	todo := []uint32{}
+	for _, p := range d.Partitions {
+		todo = append(todo, p.Partition)
+	}
+	moved := map[string]bool{}
+	for _, m := range d.Members {
+		if a, ok := w.addrs[m.Name]; !ok || a != m.ServiceAddr {
+			w.addrs[m.Name], moved[m.Name] = m.ServiceAddr, true
+		}
+	}
+	for _, name := range d.RemovedMembers {
+		delete(w.addrs, name)
+		moved[name] = true
+	}
+	if len(moved) > 0 {
+		for p, o := range w.last {
+			if moved[o.GetOwner()] {
+				todo = append(todo, uint32(p))
+			}
+		}
+	}
+	return todo
+}
+
 // scan reads every partition's owner.
 func (s *OwnershipService) scan(n int) []*pb.PartitionOwner {
 	out := make([]*pb.PartitionOwner, n)
 	for p := range out {
-		o := &pb.PartitionOwner{Partition: uint32(p)}
-		if info, err := s.src.OwnerOfPartition(uint32(p)); err == nil {
-			o.Owner, o.Address, o.Token, o.Epoch = info.Node, info.Addr, tokenText(info.Token), info.Token.Epoch
-		}
-		out[p] = o
+		out[p] = s.read(uint32(p))
 	}
 	return out
+}
+
+// read reads partition p's owner.
+func (s *OwnershipService) read(p uint32) *pb.PartitionOwner {
+	o := &pb.PartitionOwner{Partition: p}
+	if info, err := s.src.OwnerOfPartition(p); err == nil {
+		o.Owner, o.Address, o.Token, o.Epoch = info.Node, info.Addr, tokenText(info.Token), info.Token.Epoch
+	}
+	return o
 }
 
 func (s *OwnershipService) send(stream grpc.ServerStreamingServer[pb.OwnershipChange], snapshot bool, n uint32, parts []*pb.PartitionOwner) error {
