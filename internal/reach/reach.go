@@ -173,15 +173,16 @@ func (c *Check) runOf(m Member) *run {
 // Done records the answers (member name to whether it answered) of the
 // round that started at start, read at now, and reports whether the round
 // counted: one the node was late for is dropped. Answers read after
-// Timeout are lag like a late tick's (by how much they were late): a
-// node that can't read its answers in time is late, and says so, even if
-// its loop ran every tick on time (a miss takes the whole Timeout, so an
-// isolated node's rounds are the ones that come in late).
+// Timeout show in Lag (by how much they were late), so a node whose loop
+// ran every tick on time but that can't read its answers in time says it
+// is late: a miss takes the whole Timeout, so an isolated node's rounds
+// are the ones that come in late, and those don't count. (They don't
+// hold the next round back: that is for the loop's own lag.)
 func (c *Check) Done(start, now time.Time, answers map[string]bool, members []Member) bool {
 	c.inflight = false
 	c.forget(members)
 	if d := now.Sub(start) - c.cfg.Timeout; d > 0 {
-		c.Lagged(now, d)
+		c.lags = append(c.lags, lagSample{now, d})
 	}
 	if !c.cfg.IgnoreLag && (now.Sub(start) > c.cfg.Timeout+c.cfg.LagLimit || !c.lateAt.Before(start)) {
 		return false
