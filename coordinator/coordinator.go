@@ -373,8 +373,9 @@ func (c *Coordinator) joinSeeds(ctx context.Context, ml *memberlist.Memberlist) 
 			return c.joinAborted(ErrClosed, last)
 		}
 		// Half the backoff, plus up to as much again at random: nodes
-		// started together don't retry together.
-		wait := backoff/2 + time.Duration(c.joinRand.Int64N(int64(backoff/2)+1))
+		// started together don't retry together. At least a nanosecond: a
+		// clock's ticker refuses zero (RetryInterval may be 1ns).
+		wait := max(backoff/2+time.Duration(c.joinRand.Int64N(int64(backoff/2)+1)), time.Nanosecond)
 		c.log.Info("join failed; trying again", "seeds", c.cfg.Seeds, "attempt", attempt, "retry_in", wait, "err", last)
 		tick, stop := c.cfg.Clock.NewTicker(wait)
 		select {

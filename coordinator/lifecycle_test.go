@@ -668,3 +668,36 @@ func TestShutdownEndsAcceptedStreams(t *testing.T) {
 	c.Close()
 	waitFor(ctx, t, "the handler of the silent stream to end after Close", func() bool { return handlingStreams() == 0 })
 }
+
+// The shortest RetryInterval Validate takes, a nanosecond, made Start's
+// first wait zero (half the backoff plus jitter of at most as much again)
+// and the clock's ticker panicked in Start ("non-positive interval").
+// Start must wait on, and return ctx's error, without a panic.
+func TestStartRetriesWithANanosecondInterval(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+	defer cancel()
+	host, port := freeAddr(t) // nothing listens
+	cfg := lifeConfig("nano")
+	cfg.Seeds = []string{net.JoinHostPort(host, strconv.Itoa(port))}
+	cfg.RetryInterval, cfg.MaxRetryInterval = time.Nanosecond, time.Nanosecond
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeWithin(t, c)
+	startCtx, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer stop()
+	started := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				started <- fmt.Errorf("Start panicked: %v", p)
+			}
+		}()
+		started <- c.Start(startCtx)
+	}()
+	if err := result(ctx, t, started, "Start"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Start with a 1ns RetryInterval and no seed up returned %v, want the context's error", err)
+	}
+}

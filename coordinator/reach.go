@@ -42,9 +42,14 @@ import (
 // leases up for a moment's delay.
 //
 // And it knows its own lateness: every tick measures how late the loop
-// ran it (its lag). A node whose lag exceeds lagLimit is Late (Status
-// says so): it starts no round, and a round it was late for doesn't
-// count, because a ping it couldn't wait for is evidence against itself.
+// ran it (its lag), and every round how late after ProbeTimeout it read
+// the answers (a miss takes the whole ProbeTimeout, so an isolated node's
+// rounds are the ones read late; such a round doesn't count). A node
+// whose lag exceeds lagLimit is Late (Status says so); while its loop
+// lags it starts no round, and a round it was late for doesn't count,
+// because a ping it couldn't wait for is evidence against itself. A Late node that is also cut off has no verdict and keeps
+// memberlist's: it can't promise to end its leases before the majority's
+// Grace (the fence still stops its writes).
 
 // reachMisses is the fewest pings in a row a member must miss to be
 // counted unreachable, and the fewest rounds a node-wide verdict needs: a

@@ -172,10 +172,18 @@ func (c *Check) runOf(m Member) *run {
 
 // Done records the answers (member name to whether it answered) of the
 // round that started at start, read at now, and reports whether the round
-// counted: one the node was late for is dropped.
+// counted: one the node was late for is dropped. Answers read after
+// Timeout show in Lag (by how much they were late), so a node whose loop
+// ran every tick on time but that can't read its answers in time says it
+// is late: a miss takes the whole Timeout, so an isolated node's rounds
+// are the ones that come in late, and those don't count. (They don't
+// hold the next round back: that is for the loop's own lag.)
 func (c *Check) Done(start, now time.Time, answers map[string]bool, members []Member) bool {
 	c.inflight = false
 	c.forget(members)
+	if d := now.Sub(start) - c.cfg.Timeout; d > 0 {
+		c.lags = append(c.lags, lagSample{now, d})
+	}
 	if !c.cfg.IgnoreLag && (now.Sub(start) > c.cfg.Timeout+c.cfg.LagLimit || !c.lateAt.Before(start)) {
 		return false
 	}

@@ -196,3 +196,48 @@ func TestTickLag(t *testing.T) {
 		}
 	}
 }
+
+// An isolated node's rounds are all misses, and a miss takes the whole
+// Timeout: a loop on time at every tick but whose ping answers are read
+// more than LagLimit after Timeout (the ping goroutines ran late) gets no
+// round counted, so it has no verdict and keeps its quorum. It must then
+// say it is late (Status.Late, tenure_late), not report itself on time
+// while it can't keep the step-down promise.
+func TestLateReadsMakeTheNodeLate(t *testing.T) {
+	members := view(5)
+	t0 := time.Unix(1000, 0)
+	c := New(local, rand.New(rand.NewPCG(1, 2)))
+	slow := local.Timeout + local.LagLimit + 10*time.Millisecond
+	var now time.Time
+	for at := time.Duration(0); at <= 3*local.Span; at += 20 * time.Millisecond {
+		now = t0.Add(at)
+		c.Lagged(now, 0) // every tick on time
+		due := c.Due(now, true, members)
+		if len(due) == 0 {
+			continue
+		}
+		miss := map[string]bool{}
+		for _, m := range due {
+			miss[m.Name] = false
+		}
+		read := now.Add(slow)
+		if c.Done(now, read, miss, members) {
+			t.Fatal("a round read late counted")
+		}
+		if c.Lag(read) < slow-local.Timeout {
+			t.Fatalf("a round's answers read %v after its start (Timeout %v): lag %v, want at least %v (above LagLimit: Status.Late)",
+				slow, local.Timeout, c.Lag(read), slow-local.Timeout)
+		}
+	}
+	if un := c.Unreachable(now, true, members); len(un) != 0 {
+		t.Fatalf("no round counted, yet %v unreachable", un)
+	}
+	// Its negative control: answers read within Timeout+LagLimit count, and
+	// leave the node on time.
+	c = New(local, rand.New(rand.NewPCG(1, 2)))
+	due := c.Due(t0, true, members)
+	read := t0.Add(local.Timeout + local.LagLimit)
+	if !c.Done(t0, read, map[string]bool{due[0].Name: false}, members) || c.Lag(read) > local.LagLimit {
+		t.Fatal("a round read in time was discounted or made the node late")
+	}
+}
