@@ -55,6 +55,7 @@ type node struct {
 	round     *reachRound
 	ranAt     time.Time
 	lateUntil uint64
+	sc        *scaleNode // the scale mode's part, or nil
 }
 
 // handlerCall is an Acquire or a Release in progress.
@@ -83,6 +84,9 @@ func (n *node) start(bootstrap bool) {
 	}
 	n.founder, n.rooted = bootstrap, false
 	n.reg, _ = ownership.NewRegister(s.cfg.Partitions)
+	if s.scale != nil {
+		n.sc = newScaleNode(s.cfg.Partitions)
+	}
 	n.auth, _ = ownership.NewGossipAuthority(n.reg, s.keys)
 	n.stable = ownership.Stable{}
 	s.chk.outdated[n.idx] = false
@@ -313,6 +317,7 @@ func (n *node) perform() {
 			s.tracef("%s publishes %v released=%v", n.name, a.Token, a.Released)
 			cl := ownership.Claim{Token: a.Token, Released: a.Released}
 			n.reg.ObserveClaim(cl)
+			n.observed(cl.Token.Partition)
 			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: cl})
 		case ownership.ActStable:
 			s.chk.adopted(n, a.Stable)
@@ -359,6 +364,7 @@ func (n *node) claim(life int, p uint32, seen ownership.Token) {
 			t, err = s.res.claim(p, n.self, seen)
 		} else if n.up && n.life == life {
 			t, err = n.auth.Claim(context.Background(), p, n.self, seen)
+			n.observed(p)
 		} else {
 			return
 		}
@@ -377,14 +383,31 @@ func (n *node) claim(life int, p uint32, seen ownership.Token) {
 	})
 }
 
-// gossip broadcasts a message.
+// gossip broadcasts a message; a stable membership only when its names
+// fit in a packet, as the coordinator does (push/pull carries it anyway).
 func (n *node) gossip(m ownership.GossipMessage) {
+	if m.Kind == ownership.GossipStable {
+		k := 0
+		for _, name := range m.Stable.Members {
+			k += len(name) + 1
+		}
+		if k > maxStableBroadcast {
+			return
+		}
+	}
 	m.Cluster, m.Sender = cluster, n.name
 	b, err := m.Seal(n.s.keys)
 	if err != nil {
 		panic(err)
 	}
-	n.s.net.broadcast(n.idx, b)
+	switch {
+	case n.s.scale == nil:
+		n.s.net.broadcast(n.idx, b)
+	case n.s.scale.epidemic:
+		n.queueGossip(m, len(b))
+	default:
+		n.s.net.direct(n.idx, m, len(b))
+	}
 }
 
 // state returns the node's push/pull state.
@@ -420,25 +443,52 @@ func (n *node) receive(life int, ch ownership.GossipChannel, b []byte) {
 		if err != nil {
 			return
 		}
-		if ch == ownership.GossipPushPull && m.Register.Partitions() != n.reg.Partitions() {
-			return // as the shell does
-		}
-		if m.Stable.Known() {
-			n.m.HeardStable(m.Stable)
-		}
-		for c := range m.Claims() {
-			var changed bool
-			if s.cfg.Bugs.TrustGossip {
-				changed = n.reg.ObserveClaim(c)
-			} else if changed, err = n.reg.ObserveHeard(c); err != nil {
-				continue
-			}
-			if changed && m.Kind == ownership.GossipClaim {
-				n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: c})
-			}
-			n.m.Heard(c)
+		n.take(ch, m)
+	})
+}
+
+// receiveOpened is receive for the scale mode's messages, opened once
+// for every receiver (a packet's pieces, in order).
+func (n *node) receiveOpened(life int, ms []ownership.GossipMessage) {
+	n.input(life, func() {
+		for _, m := range ms {
+			n.take(ownership.GossipBroadcast, m)
 		}
 	})
+}
+
+// take is what the delegate does with an opened message: the stable
+// membership to the machine, each claim to the register and the machine,
+// and a claim new to the node on to the others (claims spread
+// epidemically; the scale mode's formation delivers to every member, so
+// nobody relays).
+func (n *node) take(ch ownership.GossipChannel, m ownership.GossipMessage) {
+	s := n.s
+	if ch == ownership.GossipPushPull && m.Register.Partitions() != n.reg.Partitions() {
+		return // as the shell does
+	}
+	if m.Stable.Known() {
+		n.m.HeardStable(m.Stable)
+	}
+	relay := s.scale == nil || s.scale.epidemic
+	for c := range m.Claims() {
+		var changed bool
+		if s.cfg.Bugs.TrustGossip {
+			changed = n.reg.ObserveClaim(c)
+		} else {
+			var err error
+			if changed, err = n.reg.ObserveHeard(c); err != nil {
+				continue
+			}
+		}
+		if changed {
+			n.observed(c.Token.Partition)
+		}
+		if changed && relay && m.Kind == ownership.GossipClaim {
+			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: c})
+		}
+		n.m.Heard(c)
+	}
 }
 
 // clusterOf reads the cluster name of an encoded gossip message (for a

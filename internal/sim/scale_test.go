@@ -1,0 +1,159 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+)
+
+var (
+	scaleFlag = flag.Bool("sim.scale", false, "TestScale runs the cost model's grid (COST.md): 10, 100 and 1000 nodes at 1024 partitions, 10 and 100 at 16384")
+	scaleOne  = flag.String("sim.point", "", "TestScale runs one point of the cost model, NxP (for example 1000x1024)")
+)
+
+// scalePoint is one measured point of the cost model: a cluster of n
+// nodes and p partitions in the scale mode.
+type scalePoint struct {
+	n, p int
+	// formed: the cluster's heap per node once formed (bytes), and one
+	// node's push/pull state (bytes).
+	heapPerNode, stateBytes int
+	// steady, crash, join: the counts of a quiet spell, of a crash until
+	// every partition is served again, of a restart until converged.
+	steady, crash, join Cost
+	// crashTicks and joinTicks: how long those took.
+	crashTicks, joinTicks int
+	elapsed               time.Duration
+	violations            []string
+}
+
+// steadyTicks is the quiet spell a point measures (10 s at 200 ms a
+// tick: five push/pull periods).
+const steadyTicks = 50
+
+// liveHeap returns the live heap after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// scaleConfig is a scale-mode cluster of n nodes and p partitions in the
+// default timings, with the gossip authority and keys.
+func scaleConfig(n, p int) Config {
+	cfg := DefaultConfig(uint64(n)<<20 | uint64(p))
+	cfg.Nodes, cfg.Partitions, cfg.Scale, cfg.Keys = n, p, true, true
+	return cfg
+}
+
+// runScalePoint forms a cluster (direct delivery), switches to
+// memberlist's gossip, measures a quiet spell, crashes the last node and
+// measures until every partition is served again, then restarts it (a
+// join) and measures until the cluster converged.
+func runScalePoint(t testing.TB, n, p int) scalePoint {
+	start := time.Now()
+	before := liveHeap()
+	s, err := New(scaleConfig(n, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt := scalePoint{n: n, p: p}
+	s.Settle()
+	after := liveHeap()
+	pt.heapPerNode = int((after - min(before, after)) / uint64(n))
+	pt.stateBytes = s.nodes[0].stateSize()
+	s.Epidemic()
+	s.ResetCost()
+	s.Steady(steadyTicks)
+	pt.steady = s.Cost()
+
+	victim := n - 1
+	s.ResetCost()
+	s.Crash(victim)
+	from := s.now
+	for !s.failedOver() && int(s.now-from) <= s.settleBound() {
+		s.Step()
+	}
+	pt.crashTicks = int(s.now - from)
+	pt.crash = s.Cost()
+	s.Settle()
+
+	s.ResetCost()
+	s.Restart(victim)
+	from = s.now
+	for ok, _ := s.Converged(); !ok && int(s.now-from) <= s.settleBound(); ok, _ = s.Converged() {
+		s.Step()
+	}
+	pt.joinTicks = int(s.now - from)
+	pt.join = s.Cost()
+	s.Settle()
+	pt.violations = s.Violations()
+	pt.elapsed = time.Since(start)
+	return pt
+}
+
+// perNodeSecond is x per node per second over c's ticks.
+func perNodeSecond(x uint64, c Cost, n int) float64 {
+	if c.Ticks == 0 {
+		return 0
+	}
+	return float64(x) / float64(n) / (float64(c.Ticks) * tickMillis / 1000)
+}
+
+// print prints a point's figures.
+func (pt scalePoint) print() {
+	name := fmt.Sprintf("sim.%dx%d.", pt.n, pt.p)
+	f := func(k string, format string, v any) { fmt.Printf("figure: "+name+k+" "+format+"\n", v) }
+	st := pt.steady
+	f("steady_packets_per_node_per_second", "%.2f", perNodeSecond(st.Packets, st, pt.n))
+	f("steady_claim_bytes_per_node_per_second", "%.0f", perNodeSecond(st.ClaimBytes, st, pt.n))
+	f("steady_state_msgs_per_node_per_second", "%.2f", perNodeSecond(st.StateMsgs, st, pt.n))
+	f("steady_state_bytes_per_node_per_second", "%.0f", perNodeSecond(st.StateBytes, st, pt.n))
+	f("steady_digest_bytes_per_node_per_second", "%.0f", perNodeSecond(st.DigestBytes, st, pt.n))
+	f("reach_pings_per_node_per_second", "%.1f", perNodeSecond(st.ReachPings, st, pt.n))
+	f("state_bytes", "%d", pt.stateBytes)
+	f("heap_bytes_per_node", "%d", pt.heapPerNode)
+	c := pt.crash
+	f("crash_reowned_seconds", "%.1f", float64(pt.crashTicks)*tickMillis/1000)
+	f("crash_claim_msgs_per_node_per_second", "%.2f", perNodeSecond(c.ClaimMsgs, c, pt.n))
+	f("crash_claim_bytes_per_node_per_second", "%.0f", perNodeSecond(c.ClaimBytes, c, pt.n))
+	f("crash_packets_per_node_per_second", "%.2f", perNodeSecond(c.Packets, c, pt.n))
+	j := pt.join
+	f("join_converged_seconds", "%.1f", float64(pt.joinTicks)*tickMillis/1000)
+	f("join_claim_msgs_per_node_per_second", "%.2f", perNodeSecond(j.ClaimMsgs, j, pt.n))
+	f("join_state_bytes_per_exchange", "%.0f", float64(j.JoinBytes)/float64(max(j.Joins, 1)))
+	f("join_state_bytes_per_node_per_second", "%.0f", perNodeSecond(j.StateBytes, j, pt.n))
+	f("run_seconds", "%.1f", pt.elapsed.Seconds())
+}
+
+// scaleGrid is the -sim.scale run's points.
+var scaleGrid = [][2]int{{10, 1024}, {100, 1024}, {1000, 1024}, {10, 16384}, {100, 16384}}
+
+// TestScale runs the cost model's points (COST.md) with -sim.scale, and
+// prints their figures:
+//
+//	go test ./internal/sim -run TestScale -sim.scale -v -timeout 60m
+func TestScale(t *testing.T) {
+	grid := scaleGrid
+	if *scaleOne != "" {
+		var n, p int
+		if _, err := fmt.Sscanf(*scaleOne, "%dx%d", &n, &p); err != nil {
+			t.Fatalf("-sim.point=%q: %v", *scaleOne, err)
+		}
+		grid = [][2]int{{n, p}}
+	}
+	if !*scaleFlag && *scaleOne == "" {
+		t.Log("the grid runs with -sim.scale; TestFigures runs 100x1024")
+		return
+	}
+	for _, g := range grid {
+		pt := runScalePoint(t, g[0], g[1])
+		if len(pt.violations) > 0 {
+			t.Fatalf("%dx%d: %v", g[0], g[1], pt.violations)
+		}
+		pt.print()
+	}
+}
