@@ -288,7 +288,8 @@ func (nw *network) pushPull(i, j int) {
 		return
 	}
 	a, b := s.nodes[i], s.nodes[j]
-	if s.scale != nil && !nw.pushPullScale(a, b) {
+	if s.scale != nil {
+		nw.pushPullScale(a, b)
 		return
 	}
 	ma, mb := a.state(), b.state()
@@ -317,9 +318,14 @@ func (nw *network) join(i, j int) {
 		c.JoinBytes += k
 		c.Joins++
 		c.DigestBytes += digestBytes(a, b)
+		if !statesEqual(a, b) {
+			a.receiveState(a.life, b.openedState())
+			b.receiveState(b.life, a.openedState())
+		}
+	} else {
+		a.receive(a.life, ownership.GossipPushPull, b.state())
+		b.receive(b.life, ownership.GossipPushPull, a.state())
 	}
-	a.receive(a.life, ownership.GossipPushPull, b.state())
-	b.receive(b.life, ownership.GossipPushPull, a.state())
 	for k := range s.nodes {
 		if nw.sees[j][k] && nw.reachable(i, k) && !nw.sees[i][k] {
 			nw.sees[i][k] = true

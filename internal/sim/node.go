@@ -31,6 +31,7 @@ type node struct {
 	reg      *ownership.Register
 	auth     *ownership.GossipAuthority
 	stable   ownership.Stable
+	stableID ownership.StableID // stable's ID (hashing the names costs)
 	leaving  bool
 	leftAt   uint64 // tick the leave started
 	founder  bool   // this life bootstrapped the cluster
@@ -88,7 +89,7 @@ func (n *node) start(bootstrap bool) {
 		n.sc = newScaleNode(s.cfg.Partitions)
 	}
 	n.auth, _ = ownership.NewGossipAuthority(n.reg, s.keys)
-	n.stable = ownership.Stable{}
+	n.stable, n.stableID = ownership.Stable{}, ownership.StableID{}
 	s.chk.outdated[n.idx] = false
 	n.servedTok = make([]ownership.Token, s.cfg.Partitions)
 	n.acquired = make(map[ownership.Token]bool)
@@ -227,7 +228,7 @@ func (n *node) setView() {
 	var placed []string
 	for _, j := range members {
 		m := s.nodes[j]
-		v.Members = append(v.Members, ownership.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stable.ID(), Leaving: m.leaving,
+		v.Members = append(v.Members, ownership.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stableID, Leaving: m.leaving,
 			Unreachable: s.net.unreach[n.idx][j]})
 		if !m.leaving {
 			placed = append(placed, m.name)
@@ -321,7 +322,7 @@ func (n *node) perform() {
 			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: cl})
 		case ownership.ActStable:
 			s.chk.adopted(n, a.Stable)
-			n.stable = a.Stable
+			n.stable, n.stableID = a.Stable, a.Stable.ID()
 			s.tracef("%s stable %v", n.name, a.Stable)
 			n.gossip(ownership.GossipMessage{Kind: ownership.GossipStable, Stable: a.Stable})
 			s.net.metaChanged(n)

@@ -225,7 +225,7 @@ func claimWireSize(n *node) int {
 // statesEqual reports whether a and b hold the same register and stable
 // membership (by the scale mode's hashes).
 func statesEqual(a, b *node) bool {
-	return a.sc.sum == b.sc.sum && a.stable.ID() == b.stable.ID() && slices.Equal(a.sc.rh, b.sc.rh)
+	return a.sc.sum == b.sc.sum && a.stableID == b.stableID && slices.Equal(a.sc.rh, b.sc.rh)
 }
 
 // queueGossip puts m in n's gossip queue, replacing a queued message of
@@ -353,11 +353,35 @@ func (nw *network) packet(i, j int) {
 }
 
 // pushPullScale is the scale mode's push/pull between a and b: counted
-// whole (and as a digest exchange), carried only when the states differ.
-func (nw *network) pushPullScale(a, b *node) bool {
-	c := &nw.s.scale.cost
+// whole (and as a digest exchange), and carried, opened, only when the
+// states differ.
+func (nw *network) pushPullScale(a, b *node) {
+	s := nw.s
+	c := &s.scale.cost
 	c.StateMsgs += 2
 	c.StateBytes += uint64(a.stateSize() + b.stateSize())
 	c.DigestBytes += digestBytes(a, b)
-	return !statesEqual(a, b)
+	if statesEqual(a, b) {
+		return
+	}
+	ma, mb := a.openedState(), b.openedState()
+	la, lb := a.life, b.life
+	d := s.between(1, s.cfg.GossipDelay)
+	s.after(d, func() { b.receiveState(lb, ma) })
+	s.after(d, func() { a.receiveState(la, mb) })
+}
+
+// openedState is n's push/pull state as the receiver opens it: a copy of
+// its register and its stable membership.
+func (n *node) openedState() ownership.GossipMessage {
+	r, _ := ownership.NewRegister(n.reg.Partitions())
+	if _, err := r.Merge(n.reg); err != nil {
+		panic(err)
+	}
+	return ownership.GossipMessage{Kind: ownership.GossipState, Cluster: cluster, Sender: n.name, Stable: n.stable, Register: r}
+}
+
+// receiveState is receive for an opened push/pull state.
+func (n *node) receiveState(life int, m ownership.GossipMessage) {
+	n.input(life, func() { n.take(ownership.GossipPushPull, m) })
 }

@@ -6,7 +6,13 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure/internal/reach"
+	"github.com/tenure-go/tenure/ownership"
 )
+
+// reachBound is the reach check's pings a round in a view of n.
+func reachBound(n int) int { return reach.SampleSize(n) }
 
 var (
 	scaleFlag = flag.Bool("sim.scale", false, "TestScale runs the cost model's grid (COST.md): 10, 100 and 1000 nodes at 1024 partitions, 10 and 100 at 16384")
@@ -146,7 +152,7 @@ func TestScale(t *testing.T) {
 		grid = [][2]int{{n, p}}
 	}
 	if !*scaleFlag && *scaleOne == "" {
-		t.Log("the grid runs with -sim.scale; TestFigures runs 100x1024")
+		checkScalePoint(t, runScalePoint(t, 10, 256))
 		return
 	}
 	for _, g := range grid {
@@ -155,5 +161,77 @@ func TestScale(t *testing.T) {
 			t.Fatalf("%dx%d: %v", g[0], g[1], pt.violations)
 		}
 		pt.print()
+	}
+}
+
+// checkScalePoint checks what a point must show whatever its size: no
+// violation; a quiet cluster gossips no claim and exchanges states once a
+// PushPull per node; the reach check stays within its bound; a crash and
+// a join converge within the settle bound and move claims; a digest
+// exchange of equal states is smaller than the states.
+func checkScalePoint(t *testing.T, pt scalePoint) {
+	t.Helper()
+	cfg := scaleConfig(pt.n, pt.p)
+	st := pt.steady
+	bound := uint64(cfg.settleBoundOf())
+	switch {
+	case len(pt.violations) > 0:
+		t.Fatalf("%dx%d: %v", pt.n, pt.p, pt.violations)
+	case st.ClaimMsgs != 0 || st.Packets != 0:
+		t.Errorf("a quiet cluster gossiped %d claims in %d packets", st.ClaimMsgs, st.Packets)
+	case st.StateMsgs != 2*uint64(pt.n)*st.Ticks/uint64(cfg.PushPull):
+		t.Errorf("%d states in %d ticks of %d nodes, want two a PushPull (%d ticks) per node", st.StateMsgs, st.Ticks, pt.n, cfg.PushPull)
+	case st.ReachPings > uint64(pt.n*reachBound(pt.n))*st.Ticks:
+		t.Errorf("%d reach pings in %d ticks, over %d a node a tick", st.ReachPings, st.Ticks, reachBound(pt.n))
+	case uint64(pt.crashTicks) > bound || uint64(pt.joinTicks) > bound:
+		t.Errorf("crash took %d ticks, join %d, bound %d", pt.crashTicks, pt.joinTicks, bound)
+	case pt.crash.ClaimMsgs == 0 || pt.join.ClaimMsgs == 0 || pt.join.Joins == 0:
+		t.Errorf("crash gossiped %d claims, join %d (%d joins)", pt.crash.ClaimMsgs, pt.join.ClaimMsgs, pt.join.Joins)
+	case st.DigestBytes >= st.StateBytes:
+		t.Errorf("digests of equal states: %d bytes, the states %d", st.DigestBytes, st.StateBytes)
+	}
+}
+
+// The gossip queue holds one message per name (a newer claim of a
+// partition replaces the queued one), sends each RetransmitMult x
+// ceil(log10(n+1)) times, and packs what fits in a packet.
+func TestGossipQueue(t *testing.T) {
+	cfg := scaleConfig(10, 256)
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Settle()
+	s.Epidemic()
+	s.ResetCost()
+	n := s.nodes[0]
+	n.sc.queue = nil
+	tok := func(p uint32, e uint64) ownership.GossipMessage {
+		return ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: ownership.Claim{Token: ownership.Token{Partition: p, Epoch: e, Owner: "n0", Incarnation: 1}}}
+	}
+	n.queueGossip(tok(1, 1), 50)
+	n.queueGossip(tok(1, 2), 50)
+	n.queueGossip(tok(2, 1), 50)
+	if len(n.sc.queue) != 2 {
+		t.Fatalf("queue holds %d messages, want 2 (p1's second claim replaces its first)", len(n.sc.queue))
+	}
+	limit := RetransmitMult * 2 // ceil(log10(11))
+	if s.scale.limit != limit {
+		t.Fatalf("retransmit limit %d, want %d", s.scale.limit, limit)
+	}
+	sends := 0
+	for len(n.sc.queue) > 0 && sends < 10*limit {
+		s.net.packet(0, 1)
+		sends++
+	}
+	if c := s.Cost(); sends != limit || c.ClaimMsgs != uint64(2*limit) || c.Packets != uint64(limit) {
+		t.Fatalf("%d packets, %d claims sent; want %d packets of both claims", c.Packets, c.ClaimMsgs, limit)
+	}
+	for range 40 {
+		n.queueGossip(tok(uint32(10+len(n.sc.queue)), 1), 100)
+	}
+	s.net.packet(0, 1)
+	if got, want := 40-len(n.sc.queue), PacketSize/(100+packetOverhead); got != want {
+		t.Fatalf("a packet carried %d messages of 100 bytes, want %d", got, want)
 	}
 }

@@ -16,8 +16,10 @@ import (
 
 // settleBound is how long a healed cluster may take to converge: detection,
 // stable membership, grace, handoff and handler timeouts, with room.
-func (s *Sim) settleBound() int {
-	c := s.cfg
+func (s *Sim) settleBound() int { return s.cfg.settleBoundOf() }
+
+// settleBoundOf is settleBound of a cluster of c.
+func (c Config) settleBoundOf() int {
 	return 3*(c.DetectMax+c.JoinDelay) + 2*c.StableAfter + c.Grace + c.Handoff + 2*c.MaxRetry +
 		c.Acquire + c.Release + 2*c.PushPull + 20
 }
