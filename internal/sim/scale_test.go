@@ -230,8 +230,9 @@ func TestGossipQueue(t *testing.T) {
 	for range 40 {
 		n.queueGossip(tok(uint32(10+len(n.sc.queue)), 1), 100)
 	}
+	s.ResetCost()
 	s.net.packet(0, 1)
-	if got, want := 40-len(n.sc.queue), PacketSize/(100+packetOverhead); got != want {
+	if got, want := int(s.Cost().ClaimMsgs), PacketSize/(100+packetOverhead); got != want {
 		t.Fatalf("a packet carried %d messages of 100 bytes, want %d", got, want)
 	}
 }
