@@ -328,6 +328,9 @@ func (n *node) perform() {
 			s.net.metaChanged(n)
 		case ownership.ActSync:
 			if m := s.nodeByName(a.Node); m != nil {
+				if s.scale != nil {
+					s.scale.cost.Syncs++
+				}
 				s.net.pushPull(n.idx, m.idx)
 			}
 		case ownership.ActQuorum:

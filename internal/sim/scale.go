@@ -75,6 +75,9 @@ type Cost struct {
 	// other (a join, or a rejoin after a partition).
 	JoinBytes uint64
 	Joins     uint64
+	// Syncs: push/pulls a machine asked for (ActSync: a member holds a
+	// newer stable membership), counted in StateMsgs too.
+	Syncs uint64
 	// DigestBytes: what the same exchanges would send as digests (range
 	// hashes both ways, then the claims of the ranges that differ).
 	DigestBytes uint64
@@ -111,6 +114,10 @@ type scaleNode struct {
 	stateLen   int
 	stateKey   uint64
 	stateValid bool
+	// opened is a copy of the register as the last push/pull carried it,
+	// shared by every exchange until the register changes (a stable
+	// membership change makes each node sync with many members at once).
+	opened *ownership.Register
 }
 
 // Epidemic switches a scale-mode cluster's broadcasts to memberlist's
@@ -173,7 +180,7 @@ func (n *node) observed(p uint32) {
 		sn.ph[p] = h
 		sn.rh[p/digestRange] += h - old
 		sn.sum += h - old
-		sn.stateValid = false
+		sn.stateValid, sn.opened = false, nil
 	}
 }
 
@@ -374,11 +381,14 @@ func (nw *network) pushPullScale(a, b *node) {
 // openedState is n's push/pull state as the receiver opens it: a copy of
 // its register and its stable membership.
 func (n *node) openedState() ownership.GossipMessage {
-	r, _ := ownership.NewRegister(n.reg.Partitions())
-	if _, err := r.Merge(n.reg); err != nil {
-		panic(err)
+	if n.sc.opened == nil {
+		r, _ := ownership.NewRegister(n.reg.Partitions())
+		if _, err := r.Merge(n.reg); err != nil {
+			panic(err)
+		}
+		n.sc.opened = r
 	}
-	return ownership.GossipMessage{Kind: ownership.GossipState, Cluster: cluster, Sender: n.name, Stable: n.stable, Register: r}
+	return ownership.GossipMessage{Kind: ownership.GossipState, Cluster: cluster, Sender: n.name, Stable: n.stable, Register: n.sc.opened}
 }
 
 // receiveState is receive for an opened push/pull state.

@@ -3,7 +3,9 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ func reachBound(n int) int { return reach.SampleSize(n) }
 var (
 	scaleFlag = flag.Bool("sim.scale", false, "TestScale runs the cost model's grid (COST.md): 10, 100 and 1000 nodes at 1024 partitions, 10 and 100 at 16384")
 	scaleOne  = flag.String("sim.point", "", "TestScale runs one point of the cost model, NxP (for example 1000x1024)")
+	heapOut   = flag.String("sim.heapprofile", "", "TestScale writes a heap profile to this file once each point's cluster formed")
 )
 
 // scalePoint is one measured point of the cost model: a cluster of n
@@ -29,6 +32,9 @@ type scalePoint struct {
 	// steady, crash, join: the counts of a quiet spell, of a crash until
 	// every partition is served again, of a restart until converged.
 	steady, crash, join Cost
+	// crashAll and joinAll: the same counts through the settling that
+	// follows (a new stable membership, and the syncs it asks for).
+	crashAll, joinAll Cost
 	// crashTicks and joinTicks: how long those took.
 	crashTicks, joinTicks int
 	elapsed               time.Duration
@@ -71,6 +77,7 @@ func runScalePoint(t testing.TB, n, p int) scalePoint {
 	after := liveHeap()
 	pt.heapPerNode = int((after - min(before, after)) / uint64(n))
 	pt.stateBytes = s.nodes[0].stateSize()
+	writeHeapProfile(t)
 	s.Epidemic()
 	s.ResetCost()
 	s.Steady(steadyTicks)
@@ -86,6 +93,7 @@ func runScalePoint(t testing.TB, n, p int) scalePoint {
 	pt.crashTicks = int(s.now - from)
 	pt.crash = s.Cost()
 	s.Settle()
+	pt.crashAll = s.Cost()
 
 	s.ResetCost()
 	s.Restart(victim)
@@ -96,9 +104,25 @@ func runScalePoint(t testing.TB, n, p int) scalePoint {
 	pt.joinTicks = int(s.now - from)
 	pt.join = s.Cost()
 	s.Settle()
+	pt.joinAll = s.Cost()
 	pt.violations = s.Violations()
 	pt.elapsed = time.Since(start)
 	return pt
+}
+
+// writeHeapProfile writes a heap profile to -sim.heapprofile, if set.
+func writeHeapProfile(t testing.TB) {
+	if *heapOut == "" {
+		return
+	}
+	f, err := os.Create(*heapOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // perNodeSecond is x per node per second over c's ticks.
@@ -132,6 +156,10 @@ func (pt scalePoint) print() {
 	f("join_claim_msgs_per_node_per_second", "%.2f", perNodeSecond(j.ClaimMsgs, j, pt.n))
 	f("join_state_bytes_per_exchange", "%.0f", float64(j.JoinBytes)/float64(max(j.Joins, 1)))
 	f("join_state_bytes_per_node_per_second", "%.0f", perNodeSecond(j.StateBytes, j, pt.n))
+	f("join_syncs_per_node", "%.2f", float64(pt.joinAll.Syncs)/float64(pt.n))
+	f("join_state_msgs_per_node", "%.2f", float64(pt.joinAll.StateMsgs)/float64(pt.n))
+	f("crash_syncs_per_node", "%.2f", float64(pt.crashAll.Syncs)/float64(pt.n))
+	f("crash_state_msgs_per_node", "%.2f", float64(pt.crashAll.StateMsgs)/float64(pt.n))
 	f("run_seconds", "%.1f", pt.elapsed.Seconds())
 }
 
