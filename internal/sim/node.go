@@ -107,7 +107,7 @@ func (n *node) start(bootstrap bool) {
 		Fenced: true, StrictAuthority: c.Strict,
 		GraceTicks: c.Grace, HandoffTicks: c.Handoff, StepDownTicks: c.StepDown,
 		StableAfterTicks: c.StableAfter, RetryTicks: c.Retry, MaxRetryTicks: c.MaxRetry,
-		AcquireTicks: c.Acquire, ReleaseTicks: c.Release, MaxClaims: 4,
+		AcquireTicks: c.Acquire, ReleaseTicks: c.Release, MaxClaims: c.maxClaims(),
 		Rand: s.rng, Knobs: &knobs,
 	})
 	if err != nil {

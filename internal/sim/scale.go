@@ -53,7 +53,25 @@ const (
 	// digestEntry the bytes a range costs in a digest.
 	digestRange = 64
 	digestEntry = 8
+	// scaleMaxClaims is the coordinator's bound on claims in flight per
+	// node (the schedules' small clusters use 4).
+	scaleMaxClaims = 16
 )
+
+// maxClaims is the machines' MaxClaims.
+func (c Config) maxClaims() int {
+	if c.Scale {
+		return scaleMaxClaims
+	}
+	return 4
+}
+
+// claimRounds is how many rounds of MaxClaims claims a node needs to take
+// its share of the partitions at once (a start, a join).
+func (c Config) claimRounds() int {
+	share := (c.Partitions + c.Nodes - 1) / c.Nodes
+	return (share + c.maxClaims() - 1) / c.maxClaims()
+}
 
 // Cost counts the messages of a scale-mode run since ResetCost, summed
 // over the nodes; bytes are the encoded messages' lengths.

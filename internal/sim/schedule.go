@@ -21,7 +21,17 @@ func (s *Sim) settleBound() int { return s.cfg.settleBoundOf() }
 // settleBoundOf is settleBound of a cluster of c.
 func (c Config) settleBoundOf() int {
 	return 3*(c.DetectMax+c.JoinDelay) + 2*c.StableAfter + c.Grace + c.Handoff + 2*c.MaxRetry +
-		c.Acquire + c.Release + 2*c.PushPull + 20
+		c.Acquire + c.Release + 2*c.PushPull + 20 + c.scaleSlack()
+}
+
+// scaleSlack is the settle bound's room, in the scale mode, for a node
+// that takes its share of the partitions MaxClaims at a time (a claim's
+// round trip is at most 2 ticks, then its fence and Acquire).
+func (c Config) scaleSlack() int {
+	if !c.Scale {
+		return 0
+	}
+	return 4 * c.claimRounds()
 }
 
 // maxEpochsPerHeal bounds the new epochs one partition may take between a
