@@ -17,7 +17,7 @@ import (
 func reachBound(n int) int { return reach.SampleSize(n) }
 
 var (
-	scaleFlag = flag.Bool("sim.scale", false, "TestScale runs the cost model's grid (COST.md): 10, 100 and 1000 nodes at 1024 partitions, 10 and 100 at 16384")
+	scaleFlag = flag.Bool("sim.scale", false, "TestScale runs the cost model's grid (COST.md): 10, 100 and 300 nodes at 1024 partitions, 10 and 30 at 16384")
 	scaleOne  = flag.String("sim.point", "", "TestScale runs one point of the cost model, NxP (for example 1000x1024)")
 	heapOut   = flag.String("sim.heapprofile", "", "TestScale writes a heap profile to this file once each point's cluster formed")
 )
@@ -164,7 +164,7 @@ func (pt scalePoint) print() {
 }
 
 // scaleGrid is the -sim.scale run's points.
-var scaleGrid = [][2]int{{10, 1024}, {100, 1024}, {1000, 1024}, {10, 16384}, {100, 16384}}
+var scaleGrid = [][2]int{{10, 1024}, {100, 1024}, {300, 1024}, {10, 16384}, {30, 16384}}
 
 // TestScale runs the cost model's points (COST.md) with -sim.scale, and
 // prints their figures:
