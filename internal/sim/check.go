@@ -233,7 +233,7 @@ func (c *checker) step() {
 		seen[k] = true
 		var newest ownership.StableID
 		for _, i := range comp {
-			if id := s.nodes[i].stable.ID(); id.Compare(newest) > 0 {
+			if id := s.nodes[i].stableID; id.Compare(newest) > 0 {
 				newest = id
 			}
 		}
@@ -243,7 +243,7 @@ func (c *checker) step() {
 		// not carry the old start into its next lease.
 		for _, i := range comp {
 			switch {
-			case c.compOf[i] != k || s.nodes[i].stable.ID().Compare(newest) >= 0:
+			case c.compOf[i] != k || s.nodes[i].stableID.Compare(newest) >= 0:
 				c.compOf[i], c.behindSince[i] = k, 0
 			case c.behindSince[i] == 0:
 				c.behindSince[i] = now
@@ -266,7 +266,7 @@ func (c *checker) step() {
 			}
 			busy = true
 			if n.m.Quorum() {
-				ids[n.stable.ID()] = true
+				ids[n.stableID] = true
 			}
 			if c.behindSince[i] != 0 && now-c.behindSince[i] > w && !c.outdated[i] {
 				c.outdated[i] = true

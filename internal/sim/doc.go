@@ -34,6 +34,10 @@
 // partition, its ring owner, holding the resource's mark, agreed on by
 // every node; a bounded number of new epochs per partition (no duels).
 //
+// The scale mode (Config.Scale, scale.go) runs large clusters for the
+// cost model (COST.md): broadcasts through memberlist-like gossip queues,
+// and messages and bytes counted per kind, with the checks still on.
+//
 // The package is for tenure's own tests: see sim_test.go for the
 // randomized runs, the negative controls and the figures, and
 // testdata/*.txt for scripted scenarios.

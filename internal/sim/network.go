@@ -156,6 +156,9 @@ func (nw *network) step() {
 			}
 		}
 	}
+	if s.scale != nil && s.scale.epidemic {
+		nw.gossipRounds()
+	}
 	for i, n := range s.nodes {
 		if nw.dirty[i] && n.running() {
 			nw.dirty[i] = false
@@ -285,6 +288,10 @@ func (nw *network) pushPull(i, j int) {
 		return
 	}
 	a, b := s.nodes[i], s.nodes[j]
+	if s.scale != nil {
+		nw.pushPullScale(a, b)
+		return
+	}
 	ma, mb := a.state(), b.state()
 	nw.sniff(ownership.GossipPushPull, ma)
 	la, lb := a.life, b.life
@@ -303,8 +310,22 @@ func (nw *network) join(i, j int) {
 		return
 	}
 	a, b := s.nodes[i], s.nodes[j]
-	a.receive(a.life, ownership.GossipPushPull, b.state())
-	b.receive(b.life, ownership.GossipPushPull, a.state())
+	if s.scale != nil {
+		c := &s.scale.cost
+		k := uint64(a.stateSize() + b.stateSize())
+		c.StateMsgs += 2
+		c.StateBytes += k
+		c.JoinBytes += k
+		c.Joins++
+		c.DigestBytes += digestBytes(a, b)
+		if !statesEqual(a, b) {
+			a.receiveState(a.life, b.openedState())
+			b.receiveState(b.life, a.openedState())
+		}
+	} else {
+		a.receive(a.life, ownership.GossipPushPull, b.state())
+		b.receive(b.life, ownership.GossipPushPull, a.state())
+	}
 	for k := range s.nodes {
 		if nw.sees[j][k] && nw.reachable(i, k) && !nw.sees[i][k] {
 			nw.sees[i][k] = true

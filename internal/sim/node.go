@@ -31,6 +31,7 @@ type node struct {
 	reg      *ownership.Register
 	auth     *ownership.GossipAuthority
 	stable   ownership.Stable
+	stableID ownership.StableID // stable's ID (hashing the names costs)
 	leaving  bool
 	leftAt   uint64 // tick the leave started
 	founder  bool   // this life bootstrapped the cluster
@@ -55,6 +56,7 @@ type node struct {
 	round     *reachRound
 	ranAt     time.Time
 	lateUntil uint64
+	sc        *scaleNode // the scale mode's part, or nil
 }
 
 // handlerCall is an Acquire or a Release in progress.
@@ -83,8 +85,11 @@ func (n *node) start(bootstrap bool) {
 	}
 	n.founder, n.rooted = bootstrap, false
 	n.reg, _ = ownership.NewRegister(s.cfg.Partitions)
+	if s.scale != nil {
+		n.sc = newScaleNode(s.cfg.Partitions)
+	}
 	n.auth, _ = ownership.NewGossipAuthority(n.reg, s.keys)
-	n.stable = ownership.Stable{}
+	n.stable, n.stableID = ownership.Stable{}, ownership.StableID{}
 	s.chk.outdated[n.idx] = false
 	n.servedTok = make([]ownership.Token, s.cfg.Partitions)
 	n.acquired = make(map[ownership.Token]bool)
@@ -102,7 +107,7 @@ func (n *node) start(bootstrap bool) {
 		Fenced: true, StrictAuthority: c.Strict,
 		GraceTicks: c.Grace, HandoffTicks: c.Handoff, StepDownTicks: c.StepDown,
 		StableAfterTicks: c.StableAfter, RetryTicks: c.Retry, MaxRetryTicks: c.MaxRetry,
-		AcquireTicks: c.Acquire, ReleaseTicks: c.Release, MaxClaims: 4,
+		AcquireTicks: c.Acquire, ReleaseTicks: c.Release, MaxClaims: c.maxClaims(),
 		Rand: s.rng, Knobs: &knobs,
 	})
 	if err != nil {
@@ -223,7 +228,7 @@ func (n *node) setView() {
 	var placed []string
 	for _, j := range members {
 		m := s.nodes[j]
-		v.Members = append(v.Members, ownership.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stable.ID(), Leaving: m.leaving,
+		v.Members = append(v.Members, ownership.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stableID, Leaving: m.leaving,
 			Unreachable: s.net.unreach[n.idx][j]})
 		if !m.leaving {
 			placed = append(placed, m.name)
@@ -313,15 +318,19 @@ func (n *node) perform() {
 			s.tracef("%s publishes %v released=%v", n.name, a.Token, a.Released)
 			cl := ownership.Claim{Token: a.Token, Released: a.Released}
 			n.reg.ObserveClaim(cl)
+			n.observed(cl.Token.Partition)
 			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: cl})
 		case ownership.ActStable:
 			s.chk.adopted(n, a.Stable)
-			n.stable = a.Stable
+			n.stable, n.stableID = a.Stable, a.Stable.ID()
 			s.tracef("%s stable %v", n.name, a.Stable)
 			n.gossip(ownership.GossipMessage{Kind: ownership.GossipStable, Stable: a.Stable})
 			s.net.metaChanged(n)
 		case ownership.ActSync:
 			if m := s.nodeByName(a.Node); m != nil {
+				if s.scale != nil {
+					s.scale.cost.Syncs++
+				}
 				s.net.pushPull(n.idx, m.idx)
 			}
 		case ownership.ActQuorum:
@@ -359,6 +368,7 @@ func (n *node) claim(life int, p uint32, seen ownership.Token) {
 			t, err = s.res.claim(p, n.self, seen)
 		} else if n.up && n.life == life {
 			t, err = n.auth.Claim(context.Background(), p, n.self, seen)
+			n.observed(p)
 		} else {
 			return
 		}
@@ -377,14 +387,31 @@ func (n *node) claim(life int, p uint32, seen ownership.Token) {
 	})
 }
 
-// gossip broadcasts a message.
+// gossip broadcasts a message; a stable membership only when its names
+// fit in a packet, as the coordinator does (push/pull carries it anyway).
 func (n *node) gossip(m ownership.GossipMessage) {
+	if m.Kind == ownership.GossipStable {
+		k := 0
+		for _, name := range m.Stable.Members {
+			k += len(name) + 1
+		}
+		if k > maxStableBroadcast {
+			return
+		}
+	}
 	m.Cluster, m.Sender = cluster, n.name
 	b, err := m.Seal(n.s.keys)
 	if err != nil {
 		panic(err)
 	}
-	n.s.net.broadcast(n.idx, b)
+	switch {
+	case n.s.scale == nil:
+		n.s.net.broadcast(n.idx, b)
+	case n.s.scale.epidemic:
+		n.queueGossip(m, len(b))
+	default:
+		n.s.net.direct(n.idx, m, len(b))
+	}
 }
 
 // state returns the node's push/pull state.
@@ -420,25 +447,52 @@ func (n *node) receive(life int, ch ownership.GossipChannel, b []byte) {
 		if err != nil {
 			return
 		}
-		if ch == ownership.GossipPushPull && m.Register.Partitions() != n.reg.Partitions() {
-			return // as the shell does
-		}
-		if m.Stable.Known() {
-			n.m.HeardStable(m.Stable)
-		}
-		for c := range m.Claims() {
-			var changed bool
-			if s.cfg.Bugs.TrustGossip {
-				changed = n.reg.ObserveClaim(c)
-			} else if changed, err = n.reg.ObserveHeard(c); err != nil {
-				continue
-			}
-			if changed && m.Kind == ownership.GossipClaim {
-				n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: c})
-			}
-			n.m.Heard(c)
+		n.take(ch, m)
+	})
+}
+
+// receiveOpened is receive for the scale mode's messages, opened once
+// for every receiver (a packet's pieces, in order).
+func (n *node) receiveOpened(life int, ms []ownership.GossipMessage) {
+	n.input(life, func() {
+		for _, m := range ms {
+			n.take(ownership.GossipBroadcast, m)
 		}
 	})
+}
+
+// take is what the delegate does with an opened message: the stable
+// membership to the machine, each claim to the register and the machine,
+// and a claim new to the node on to the others (claims spread
+// epidemically; the scale mode's formation delivers to every member, so
+// nobody relays).
+func (n *node) take(ch ownership.GossipChannel, m ownership.GossipMessage) {
+	s := n.s
+	if ch == ownership.GossipPushPull && m.Register.Partitions() != n.reg.Partitions() {
+		return // as the shell does
+	}
+	if m.Stable.Known() {
+		n.m.HeardStable(m.Stable)
+	}
+	relay := s.scale == nil || s.scale.epidemic
+	for c := range m.Claims() {
+		var changed bool
+		if s.cfg.Bugs.TrustGossip {
+			changed = n.reg.ObserveClaim(c)
+		} else {
+			var err error
+			if changed, err = n.reg.ObserveHeard(c); err != nil {
+				continue
+			}
+		}
+		if changed {
+			n.observed(c.Token.Partition)
+		}
+		if changed && relay && m.Kind == ownership.GossipClaim {
+			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: c})
+		}
+		n.m.Heard(c)
+	}
 }
 
 // clusterOf reads the cluster name of an encoded gossip message (for a

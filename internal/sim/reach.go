@@ -92,6 +92,9 @@ func (nw *network) stepReach() {
 		}
 		if due := n.rc.Due(now, true, members); len(due) > 0 {
 			s.chk.pinged(n, len(due), len(members)+1, lag > limit)
+			if s.scale != nil {
+				s.scale.cost.ReachPings += uint64(len(due))
+			}
 			r := &reachRound{start: now, due: s.now + 1, answers: make(map[string]bool, len(due))}
 			for _, m := range due {
 				r.answers[m.Name] = nw.pingable(i, s.nodeByName(m.Name).idx) && !n.late()

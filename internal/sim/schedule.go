@@ -16,10 +16,22 @@ import (
 
 // settleBound is how long a healed cluster may take to converge: detection,
 // stable membership, grace, handoff and handler timeouts, with room.
-func (s *Sim) settleBound() int {
-	c := s.cfg
+func (s *Sim) settleBound() int { return s.cfg.settleBoundOf() }
+
+// settleBoundOf is settleBound of a cluster of c.
+func (c Config) settleBoundOf() int {
 	return 3*(c.DetectMax+c.JoinDelay) + 2*c.StableAfter + c.Grace + c.Handoff + 2*c.MaxRetry +
-		c.Acquire + c.Release + 2*c.PushPull + 20
+		c.Acquire + c.Release + 2*c.PushPull + 20 + c.scaleSlack()
+}
+
+// scaleSlack is the settle bound's room, in the scale mode, for a node
+// that takes its share of the partitions MaxClaims at a time (a claim's
+// round trip is at most 2 ticks, then its fence and Acquire).
+func (c Config) scaleSlack() int {
+	if !c.Scale {
+		return 0
+	}
+	return 4 * c.claimRounds()
 }
 
 // maxEpochsPerHeal bounds the new epochs one partition may take between a

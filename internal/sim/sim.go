@@ -15,7 +15,7 @@ import (
 // machine ticks once per tick (less or more under clock skew).
 type Config struct {
 	Seed       uint64
-	Nodes      int // 2 to 9
+	Nodes      int // 2 to 9; in the scale mode, to MaxScaleNodes
 	Partitions int
 	// Strict uses a compare-and-swap authority (like the SQL one: a claim
 	// is also a fence) instead of each node's gossip authority.
@@ -37,6 +37,10 @@ type Config struct {
 	// GossipDelay bounds the delay of a broadcast; PushPull is the period
 	// of full state exchanges.
 	GossipDelay, PushPull int
+
+	// Scale runs the cost model's mode (scale.go): large clusters,
+	// memberlist's gossip queues, messages counted.
+	Scale bool
 
 	// Knobs re-introduce core defects (negative controls).
 	Knobs ownership.TestingKnobs
@@ -121,12 +125,14 @@ type Sim struct {
 	seq  uint64
 	keys *ownership.Keyring
 
-	nodes []*node
-	net   *network
-	res   *resource
-	chk   *checker
-	rings map[string]*ring.Table // tables by member set
-	ringC ring.Config
+	nodes  []*node
+	byName map[string]*node
+	net    *network
+	scale  *scaleState // the scale mode's, or nil
+	res    *resource
+	chk    *checker
+	rings  map[string]*ring.Table // tables by member set
+	ringC  ring.Config
 
 	// Events counts the inputs fed to machines and the messages delivered.
 	Events uint64
@@ -144,14 +150,19 @@ type Sim struct {
 // New builds a cluster of cfg.Nodes nodes that found it together: node 0
 // bootstraps, the others join it.
 func New(cfg Config) (*Sim, error) {
-	if cfg.Nodes < 2 || cfg.Nodes > 9 || cfg.Partitions < 1 {
+	most := 9
+	if cfg.Scale {
+		most = MaxScaleNodes
+	}
+	if cfg.Nodes < 2 || cfg.Nodes > most || cfg.Partitions < 1 {
 		return nil, fmt.Errorf("sim: %d nodes, %d partitions", cfg.Nodes, cfg.Partitions)
 	}
 	s := &Sim{
-		cfg:   cfg,
-		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		rings: make(map[string]*ring.Table),
-		ringC: ring.Config{Partitions: cfg.Partitions, VirtualNodes: 20, Load: 1.25},
+		cfg:    cfg,
+		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		rings:  make(map[string]*ring.Table),
+		byName: make(map[string]*node),
+		ringC:  ring.Config{Partitions: cfg.Partitions, VirtualNodes: 20, Load: 1.25},
 	}
 	if cfg.Keys {
 		k, err := ownership.NewKeyring([]byte("tenure simulated cluster key 32b"))
@@ -160,11 +171,15 @@ func New(cfg Config) (*Sim, error) {
 		}
 		s.keys = k
 	}
+	if cfg.Scale {
+		s.scale = newScale(s)
+	}
 	s.res = newResource(s)
 	s.chk = newChecker(s)
 	s.net = newNetwork(s, cfg.Nodes)
 	for i := range cfg.Nodes {
 		s.nodes = append(s.nodes, &node{s: s, idx: i, name: fmt.Sprintf("n%d", i)})
+		s.byName[s.nodes[i].name] = s.nodes[i]
 	}
 	for i, n := range s.nodes {
 		n.start(i == 0)
@@ -212,6 +227,9 @@ func (s *Sim) Step() {
 		n.tick()
 	}
 	s.chk.step()
+	if s.scale != nil {
+		s.scale.cost.Ticks++
+	}
 	s.now++
 }
 
@@ -256,14 +274,7 @@ func (s *Sim) incarnation() uint64 {
 func (s *Sim) Node(i int) string { return s.nodes[i].name }
 
 // nodeByName returns the node named name, or nil.
-func (s *Sim) nodeByName(name string) *node {
-	for _, n := range s.nodes {
-		if n.name == name {
-			return n
-		}
-	}
-	return nil
-}
+func (s *Sim) nodeByName(name string) *node { return s.byName[name] }
 
 // Converged reports whether every running node agrees on one view, every
 // partition is served by its ring owner in that view under the resource's

@@ -200,6 +200,9 @@ func TestFigures(t *testing.T) {
 	fmt.Printf("figure: sim.violations 0\n")
 	fmt.Printf("figure: sim.split_brains %d\n", st.splitBrains)
 	printFailoverFigures(t)
+	pt := runScalePoint(t, 100, 1024)
+	checkScalePoint(t, pt)
+	pt.print()
 	for _, c := range controls {
 		n, v := caughtAfter(t, c, 1_000_000)
 		if n == 0 {
