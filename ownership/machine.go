@@ -90,7 +90,9 @@ const (
 	// gossip (state and node metadata) and broadcast it.
 	ActStable
 	// ActSync: member Node holds a newer stable membership: exchange full
-	// state with it (a push/pull).
+	// state with it (a push/pull). One member is asked per newer stable
+	// membership at a time; another after RetryTicks (doubling) if this
+	// node is still behind.
 	ActSync
 	// ActQuorum: whether this node sees a quorum changed to OK. For logs
 	// and status; the machine has acted on it already.
@@ -236,6 +238,9 @@ type MachineConfig struct {
 	// RetryTicks is the first wait after a failed claim, fence or acquire,
 	// or a resignation; it doubles with each failure in a row, up to
 	// MaxRetryTicks (default 32 x RetryTicks), with jitter from Rand.
+	// It is also the first wait (at least a tick, no jitter) before an
+	// outdated node asks another member for a newer stable membership
+	// (ActSync) when the first asked did not bring it up to date.
 	RetryTicks    int
 	MaxRetryTicks int
 	// AcquireTicks and ReleaseTicks bound the handler's calls: past them
@@ -364,6 +369,8 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		bootstrap:   cfg.Bootstrap,
 		min:         cfg.MinQuorum,
 		stableAfter: uint64(cfg.StableAfterTicks),
+		retry:       uint64(cfg.RetryTicks),
+		maxRetry:    uint64(cfg.MaxRetryTicks),
 		knobs:       cfg.Knobs,
 	}
 	if m.q.eval(0) {
@@ -464,7 +471,7 @@ func (m *Machine) quorumStep(changed bool) {
 	if changed {
 		m.out = append(m.out, Action{Kind: ActStable, Stable: m.q.stable})
 	}
-	for _, n := range m.q.toAsk() {
+	for _, n := range m.q.toAsk(m.now) {
 		m.out = append(m.out, Action{Kind: ActSync, Node: n})
 	}
 	if m.q.ok != m.reported {

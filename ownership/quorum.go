@@ -53,7 +53,7 @@ import "slices"
 // hold a quorum of it: a forged set of members that do not exist can't
 // halt a node for good. A member whose metadata shows a higher ID than the
 // node's (within MaxStableJump) makes it outdated: it has no quorum and
-// asks that member for its state. This is
+// asks one member that shows the newer ID for its state (see toAsk). This is
 // what keeps a node that restarts on the minority side of a split, or that
 // sat on the far side of a split that later reshaped, from counting a
 // quorum the cluster no longer gives it.
@@ -62,6 +62,8 @@ type quorum struct {
 	bootstrap   bool
 	min         int
 	stableAfter uint64
+	retry       uint64 // first wait before asking another member (toAsk)
+	maxRetry    uint64 // longest wait between asks
 	knobs       *TestingKnobs
 
 	stable    Stable
@@ -72,10 +74,10 @@ type quorum struct {
 	hasView   bool
 	ok        bool
 	outdated  bool
-	doubt     bool                // pending is known: no quorum, no promotion, but leaves still count
-	asked     map[string]StableID // ActSync already emitted for member at ID
-	pending   Stable              // heard and newer, but no quorum of it is known
-	pendingAt uint64              // tick pending was last heard
+	doubt     bool                 // pending is known: no quorum, no promotion, but leaves still count
+	asked     map[StableID]syncAsk // per newer stable ID the view shows: whom this node asked for it
+	pending   Stable               // heard and newer, but no quorum of it is known
+	pendingAt uint64               // tick pending was last heard
 }
 
 // A ViewMember is one member of a view of the membership, as gossip shows
@@ -273,29 +275,108 @@ func (q *quorum) known() []string {
 	return slices.Compact(out)
 }
 
-// toAsk returns the members that show a stable membership above this
-// node's and have not been asked for it yet, and marks them asked. It
-// forgets a member asked once it has left the view or this node's own
-// stable membership has reached what it was asked for, so asked never
-// holds more than the view.
-func (q *quorum) toAsk() []string {
-	var out []string
+// A syncAsk is the last member asked for a newer stable membership, the
+// tick it was asked at, and how many asks went before it for that ID.
+type syncAsk struct {
+	node  string
+	at    uint64
+	tries int
+}
+
+// toAsk returns the members to ask for their state now: for each stable
+// ID above this node's that a member of the view shows, one member that
+// shows it (issue 22: asking every such member made a membership change
+// cost about n^2/10 full-state exchanges in a cluster of n). Another is
+// asked only if this node has not reached that ID a retry wait after the
+// last ask (RetryTicks, doubling with each ask for the same ID, at most
+// MaxRetryTicks), or at once if the member asked left the view or no
+// longer shows the ID: a member that is slow, dead but not yet detected,
+// or whose state doesn't bring this node up to date (it doesn't know a
+// quorum of the newer set) doesn't leave it outdated for good. The first
+// member asked is picked by this node's name, so that the nodes that fall
+// behind together don't all ask the same member; later asks go round the
+// members that show the ID. One ask per ID and not one in all: a member
+// may show a newer ID that can't bring this node up to date (forged, or
+// one it can't adopt), and must not hold back the ask for another. An
+// entry is forgotten once this node's stable membership reaches its ID or
+// no member of the view shows it, so asked never holds more entries than
+// the view has members.
+func (q *quorum) toAsk(now uint64) []string {
 	own := q.stable.ID()
-	for m, id := range q.asked {
-		if _, ok := q.ids[m]; !ok || id.Compare(own) <= 0 {
-			delete(q.asked, m)
+	for id := range q.asked {
+		if id.Compare(own) <= 0 || !q.shown(id) {
+			delete(q.asked, id)
 		}
 	}
+	var out []string
 	for _, m := range q.view {
 		id := q.ids[m]
-		if m == q.self || id.Compare(own) <= 0 || !plausibleID(own, id) || q.asked[m] == id {
+		if m == q.self || id.Compare(own) <= 0 || !plausibleID(own, id) {
 			continue
 		}
-		if q.asked == nil {
-			q.asked = make(map[string]StableID)
+		a, ok := q.asked[id]
+		if ok && q.ids[a.node] == id && now-a.at < q.askWait(a.tries) {
+			continue
 		}
-		q.asked[m] = id
-		out = append(out, m)
+		next := syncAsk{node: q.pick(id, a.node, !ok), at: now}
+		if ok {
+			next.tries = a.tries + 1
+		}
+		if q.asked == nil {
+			q.asked = make(map[StableID]syncAsk)
+		}
+		q.asked[id] = next
+		out = append(out, next.node)
 	}
 	return out
+}
+
+// askWait is how long toAsk waits for an answer after the tries+1st ask
+// for one stable ID before it asks again.
+func (q *quorum) askWait(tries int) uint64 {
+	base := max(q.retry, 1)
+	limit := q.maxRetry
+	if limit < base {
+		limit = 32 * base
+	}
+	w := base
+	for i := 0; i < tries && w < limit; i++ {
+		w *= 2
+	}
+	return min(w, limit)
+}
+
+// shown reports whether a member of the view other than this node shows
+// stable ID id.
+func (q *quorum) shown(id StableID) bool {
+	for m, mid := range q.ids {
+		if m != q.self && mid == id {
+			return true
+		}
+	}
+	return false
+}
+
+// pick returns the member of the view to ask for stable ID id: the first
+// time, one chosen by this node's name; then the next, in name order,
+// after the member asked last.
+func (q *quorum) pick(id StableID, last string, first bool) string {
+	var shows []string
+	for _, m := range q.view {
+		if m != q.self && q.ids[m] == id {
+			shows = append(shows, m)
+		}
+	}
+	if first {
+		h := uint64(14695981039346656037) // FNV-1a
+		for i := 0; i < len(q.self); i++ {
+			h = (h ^ uint64(q.self[i])) * 1099511628211
+		}
+		return shows[h%uint64(len(shows))]
+	}
+	i, found := slices.BinarySearch(shows, last)
+	if found {
+		i++
+	}
+	return shows[i%len(shows)]
 }

@@ -8,12 +8,13 @@ import (
 
 // Issue 19, defect 7: the members asked for a newer stable membership were
 // remembered forever, one entry per member ever asked, so a long-lived node
-// in a cluster with churn grew the map without bound. An entry is dropped
-// when its member leaves the view, or when the node's own stable
-// membership reaches the ID it was asked for; a member still in the view
-// that still shows the same newer ID is not asked twice.
+// in a cluster with churn grew the map without bound. Since issue 22 the
+// node remembers one ask per newer stable ID its view shows (not one per
+// member: see TestQuorumAsksOneMemberPerNewerMembership), and an entry is
+// dropped when no member of the view shows its ID any more, or when the
+// node's own stable membership reaches it.
 func TestQuorumForgetsWhomItAsked(t *testing.T) {
-	q := &quorum{self: "a", stableAfter: 5, stable: NewStable(3, []string{"a", "b", "c"})}
+	q := &quorum{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: NewStable(3, []string{"a", "b", "c"})}
 	newer := NewStable(4, []string{"a", "b", "c"}).ID()
 	var view []ViewMember
 	view = append(view, ViewMember{Name: "a", Stable: q.stable.ID()})
@@ -21,40 +22,122 @@ func TestQuorumForgetsWhomItAsked(t *testing.T) {
 		view = append(view, ViewMember{Name: fmt.Sprintf("n%03d", i), Stable: newer})
 	}
 	q.setView(1, view, nil)
-	if got := q.toAsk(); len(got) != 100 {
-		t.Fatalf("asked %d members for the newer set, want 100", len(got))
+	if got := q.toAsk(1); len(got) != 1 {
+		t.Fatalf("asked %d members for the newer set, want 1", len(got))
 	}
 	q.setView(2, view, nil)
-	if got := q.toAsk(); len(got) != 0 {
-		t.Fatalf("asked %v again for the same set", got)
+	if got := q.toAsk(2); len(got) != 0 {
+		t.Fatalf("asked %v again for the same set within the retry wait", got)
 	}
 
-	// Half the members go away: they are forgotten.
+	// Half the members go away, the one asked among them or not: still
+	// one entry, for the one ID shown.
 	q.setView(3, view[:51], nil)
-	if got := q.toAsk(); len(got) != 0 {
-		t.Fatalf("asked %v again after the view shrank", got)
+	q.toAsk(3)
+	if len(q.asked) != 1 {
+		t.Fatalf("%d stable IDs remembered as asked, want the 1 the view shows", len(q.asked))
 	}
-	if len(q.asked) != 50 {
-		t.Fatalf("%d members remembered as asked, want the 50 still in view", len(q.asked))
-	}
-	for name := range q.asked {
-		if !slices.ContainsFunc(view[1:51], func(m ViewMember) bool { return m.Name == name }) {
-			t.Fatalf("%s, gone from the view, is still remembered", name)
+	for _, a := range q.asked {
+		if !slices.ContainsFunc(view[1:51], func(m ViewMember) bool { return m.Name == a.node }) {
+			t.Fatalf("%s, gone from the view, is still remembered as asked", a.node)
 		}
 	}
 
 	// The node learns the newer set: nothing is left to ask for.
 	q.stable = NewStable(4, []string{"a", "b", "c"})
 	q.setView(4, view[:51], nil)
-	q.toAsk()
+	q.toAsk(4)
 	if len(q.asked) != 0 {
-		t.Fatalf("%d members remembered after the node reached the set they were asked for", len(q.asked))
+		t.Fatalf("%d entries remembered after the node reached the set they were asked for", len(q.asked))
 	}
-	// A member that later shows a still newer set is asked again.
+	// A member that later shows a still newer set is asked at once.
 	view[1].Stable = NewStable(5, []string{"a", "b"}).ID()
 	q.setView(5, view[:51], nil)
-	if got := q.toAsk(); !slices.Equal(got, []string{view[1].Name}) {
+	if got := q.toAsk(5); !slices.Equal(got, []string{view[1].Name}) {
 		t.Fatalf("asked %v, want %s for its newer set", got, view[1].Name)
+	}
+	// It stops showing it (it went back or the entry was forged): forgotten.
+	view[1].Stable = q.stable.ID()
+	q.setView(6, view[:51], nil)
+	q.toAsk(6)
+	if len(q.asked) != 0 {
+		t.Fatalf("%v remembered after no member shows its ID", q.asked)
+	}
+}
+
+// Issue 22: an outdated node asked every member that showed a newer stable
+// membership for a full state exchange, at once: about n^2/10 exchanges of
+// the whole register per membership change in a cluster of n (21 per join
+// at 10 nodes, 85-141 per start at 25). One member is asked per newer
+// stable ID; another only after a retry wait without reaching it (RetryTicks,
+// doubling, at most MaxRetryTicks), or at once if the member asked is gone
+// from the view. Two different newer IDs are asked for separately.
+func TestQuorumAsksOneMemberPerNewerMembership(t *testing.T) {
+	q := &quorum{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: NewStable(3, []string{"a", "b", "c"})}
+	v4 := NewStable(4, []string{"a", "b", "c"}).ID()
+	view := []ViewMember{{Name: "a", Stable: q.stable.ID()}}
+	for i := range 20 {
+		view = append(view, ViewMember{Name: fmt.Sprintf("n%02d", i), Stable: v4})
+	}
+	q.setView(1, view, nil)
+	asked := map[string]bool{}
+	var at []uint64
+	for now := uint64(1); now <= 60; now++ {
+		got := q.toAsk(now)
+		if len(got) > 1 {
+			t.Fatalf("tick %d: asked %v at once for one newer set, want one", now, got)
+		}
+		for _, n := range got {
+			if asked[n] {
+				t.Fatalf("tick %d: asked %s twice while others were left to ask", now, n)
+			}
+			asked[n] = true
+			at = append(at, now)
+		}
+	}
+	// Waits of 4, 8, 16, then 16 (the most).
+	if want := []uint64{1, 5, 13, 29, 45}; !slices.Equal(at, want) {
+		t.Fatalf("asked at ticks %v, want %v", at, want)
+	}
+
+	// The member asked last leaves the view: another is asked at once.
+	var last string
+	for _, a := range q.asked {
+		last = a.node
+	}
+	view = slices.DeleteFunc(view, func(m ViewMember) bool { return m.Name == last })
+	q.setView(61, view, nil)
+	if got := q.toAsk(61); len(got) != 1 || got[0] == last {
+		t.Fatalf("asked %v after %s, the member asked, left; want one other", got, last)
+	}
+
+	// A second, newer ID shown by some (not the member asked for the
+	// first): one ask for it too, none more.
+	v5 := NewStable(5, []string{"a", "b"}).ID()
+	for i, shown := 1, 0; shown < 5; i++ {
+		if view[i].Name != q.asked[v4].node {
+			view[i].Stable = v5
+			shown++
+		}
+	}
+	q.setView(62, view, nil)
+	got := q.toAsk(62)
+	if len(got) != 1 || q.ids[got[0]] != v5 {
+		t.Fatalf("asked %v for a second newer set, want one member that shows it", got)
+	}
+
+	// Nodes that fall behind together don't all ask the same member.
+	first := map[string]bool{}
+	for i := range 20 {
+		r := &quorum{self: fmt.Sprintf("x%02d", i), stableAfter: 5, retry: 4, stable: NewStable(3, []string{"a", "b", "c"})}
+		v := append([]ViewMember{{Name: r.self, Stable: r.stable.ID()}}, view[6:]...)
+		r.setView(1, v, nil)
+		for _, n := range r.toAsk(1) {
+			first[n] = true
+		}
+	}
+	if len(first) < 3 {
+		t.Fatalf("20 nodes asked only %v first", first)
 	}
 }
 
