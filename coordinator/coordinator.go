@@ -534,6 +534,11 @@ func (c *Coordinator) handOff(ctx context.Context) error {
 	case <-c.ctx.Done():
 		return ErrClosed
 	}
+	// Gossip carries the releases and the metadata saying this node
+	// leaves separately, and under load late: until a new owner has both
+	// it may not claim. Hand them to the new owners directly.
+	pushed := c.pushToSuccessors()
+	defer pushed.Wait()
 	tick, stop := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
 	defer stop()
 	deadline := time.NewTimer(c.cfg.HandoffTimeout)
@@ -550,6 +555,37 @@ func (c *Coordinator) handOff(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// pushToSuccessors exchanges state (a push/pull) with each member the
+// table gives a partition this node released, at once and in parallel:
+// the push carries the releases and this node's metadata, so a new owner
+// may claim without waiting for gossip. A push that fails leaves gossip
+// to do it. The returned group ends when every push has.
+func (c *Coordinator) pushToSuccessors() *sync.WaitGroup {
+	var wg sync.WaitGroup
+	v := c.view.Load()
+	if v == nil || v.table == nil {
+		return &wg
+	}
+	seen := map[string]bool{c.self.Name: true}
+	for p := range uint32(c.cfg.Ring.Partitions) {
+		cl := c.reg.GetClaim(p)
+		n := v.table.Owner(p)
+		m, ok := v.members[n]
+		if cl.Token.Owner != c.self.Name || !cl.Released || seen[n] || !ok {
+			continue
+		}
+		seen[n] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.ml.Join([]string{m.GossipAddr}); err != nil {
+				c.log.Debug("leave: push to the new owner", "member", n, "err", err)
+			}
+		}()
+	}
+	return &wg
 }
 
 // handedOff reports whether every partition this node released last has a
