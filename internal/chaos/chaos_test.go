@@ -89,6 +89,11 @@ func TestChaos(t *testing.T) {
 		r.print("violations")
 		r.fail(t)
 	})
+	t.Run("pressure", func(t *testing.T) {
+		r := runPressure(t, seed)
+		r.print("violations")
+		r.fail(t)
+	})
 }
 
 // result is what one run found.
