@@ -438,7 +438,10 @@ func (c *Coordinator) Leaving() bool { return c.leaving.Load() }
 //     drop it from their ring at once, but it stays a member, so callers
 //     may still reach it and it still serves what it holds;
 //  2. each handler drains (Release) and the release is published, so the
-//     next owner claims at once (L2: no rejected write);
+//     next owner claims at once (L2: no rejected write); once every
+//     partition is released, this node also pushes its state (the
+//     releases and its metadata) to each new owner over TCP, so a
+//     handoff does not wait for gossip, which a busy machine delays;
 //  3. it waits until the new holders are heard (at most HandoffTimeout),
 //     says goodbye (in its gossip metadata, then to memberlist) and
 //     closes the coordinator. A member that hears the goodbye drops this
