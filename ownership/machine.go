@@ -89,10 +89,8 @@ const (
 	// ActStable: the stable membership changed to Stable: keep it for
 	// gossip (state and node metadata) and broadcast it.
 	ActStable
-	// ActSync: exchange full state with member Node (a push/pull): it
-	// holds a newer stable membership, or it released a partition this
-	// node's ring still places on it (its metadata saying it leaves has not
-	// arrived yet).
+	// ActSync: member Node holds a newer stable membership: exchange full
+	// state with it (a push/pull).
 	ActSync
 	// ActQuorum: whether this node sees a quorum changed to OK. For logs
 	// and status; the machine has acted on it already.
@@ -348,7 +346,6 @@ type Machine struct {
 	reported bool // the quorum last reported by ActQuorum
 	claiming int  // partitions in Claiming
 	leaving  bool
-	asked    map[string]uint64 // view in which ActSync asked a releasing member for its state
 	out      []Action
 }
 
@@ -527,26 +524,7 @@ func (m *Machine) Heard(c Claim) {
 	if s.phase >= Fencing && c.Token.Compare(s.token) > 0 && c.Token.Compare(s.floor) > 0 {
 		m.lose(p, c.Token, ErrLeaseSuperseded)
 	}
-	if c.Released && m.place != nil && m.place.Owner(p) == c.Token.Owner && m.live(c.Token) {
-		m.askBehind(c.Token.Owner)
-	}
 	m.step(p)
-}
-
-// askBehind asks member n for its state (ActSync), once per view: n
-// released a partition this node's ring still places on it, so this
-// node's view of n is behind. Most often n is leaving, and its releases
-// outran its metadata saying so: until that arrives, nobody here may claim
-// what n handed off.
-func (m *Machine) askBehind(n string) {
-	if m.asked[n] == m.view {
-		return
-	}
-	if m.asked == nil {
-		m.asked = make(map[string]uint64)
-	}
-	m.asked[n] = m.view
-	m.emit(Action{Kind: ActSync, Node: n})
 }
 
 // Claimed feeds the authority's answer to an ActClaim for partition p.
