@@ -483,7 +483,10 @@ func (c *Coordinator) Leaving() bool { return c.leaving.Load() }
 //     drop it from their ring at once, but it stays a member, so callers
 //     may still reach it and it still serves what it holds;
 //  2. each handler drains (Release) and the release is published, so the
-//     next owner claims at once (L2: no rejected write);
+//     next owner claims at once (L2: no rejected write); once every
+//     partition is released, this node also pushes its state (the
+//     releases and its metadata) to each new owner over TCP, so a
+//     handoff does not wait for gossip, which a busy machine delays;
 //  3. it waits until the new holders are heard (at most HandoffTimeout),
 //     says goodbye (in its gossip metadata, then to memberlist) and
 //     closes the coordinator. A member that hears the goodbye drops this
@@ -579,6 +582,11 @@ func (c *Coordinator) handOff(ctx context.Context) error {
 	case <-c.ctx.Done():
 		return ErrClosed
 	}
+	// Gossip carries the releases and the metadata saying this node
+	// leaves separately, and under load late: until a new owner has both
+	// it may not claim. Hand them to the new owners directly.
+	pushed := c.pushToSuccessors()
+	defer pushed.Wait()
 	tick, stop := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
 	defer stop()
 	deadline := time.NewTimer(c.cfg.HandoffTimeout)
@@ -595,6 +603,37 @@ func (c *Coordinator) handOff(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// pushToSuccessors exchanges state (a push/pull) with each member the
+// table gives a partition this node released, at once and in parallel:
+// the push carries the releases and this node's metadata, so a new owner
+// may claim without waiting for gossip. A push that fails leaves gossip
+// to do it. The returned group ends when every push has.
+func (c *Coordinator) pushToSuccessors() *sync.WaitGroup {
+	var wg sync.WaitGroup
+	v := c.view.Load()
+	if v == nil || v.table == nil {
+		return &wg
+	}
+	seen := map[string]bool{c.self.Name: true}
+	for p := range uint32(c.cfg.Ring.Partitions) {
+		cl := c.reg.GetClaim(p)
+		n := v.table.Owner(p)
+		m, ok := v.members[n]
+		if cl.Token.Owner != c.self.Name || !cl.Released || seen[n] || !ok {
+			continue
+		}
+		seen[n] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.ml.Join([]string{m.GossipAddr}); err != nil {
+				c.log.Debug("leave: push to the new owner", "member", n, "err", err)
+			}
+		}()
+	}
+	return &wg
 }
 
 // handedOff reports whether every partition this node released last has a

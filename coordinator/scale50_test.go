@@ -28,7 +28,11 @@ func TestScale50x271Converges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	r := scale50Run(ctx, t, 50, 271)
+	leave := scaleLeave(ctx, t, r.nodes, r.fence, "s7")
 	t.Logf("figure: scale.50x271.converge_seconds %.3f", r.converge.Seconds())
+	t.Logf("figure: scale.50x271.leave_seconds %.3f", leave.took.Seconds())
+	t.Logf("figure: scale.50x271.leave_successors %d", leave.successors)
+	t.Logf("figure: scale.50x271.leave_max_gap_seconds %.3f", leave.maxGap.Seconds())
 	t.Logf("figure: scale.50x271.start_seconds %.3f", r.start.Seconds())
 	t.Logf("figure: scale.50x271.reach_pings_per_node_per_second %.2f", r.pingRate)
 	t.Logf("figure: scale.50x271.late_nodes_at_convergence %d", r.late)
@@ -40,6 +44,84 @@ type scaleResult struct {
 	pingRate        float64       // reach pings per node per second until converged
 	late            int           // nodes whose Status said Late at convergence
 	maxLag          time.Duration // the largest Status.Lag at convergence
+	nodes           []*Coordinator
+	fence           *ownership.MemoryFence
+}
+
+// leaveResult is what a graceful leave of a large cluster cost.
+type leaveResult struct {
+	took       time.Duration // from Leave until the others converged
+	successors int           // members the leaver pushed its state to
+	maxGap     time.Duration // the longest from a release to its new owner's acquire
+}
+
+// scaleLeave makes member name of converged nodes leave, and measures it:
+// the leaver's push reaches each new owner of its partitions, and the
+// others' syncs with it happen at most once each (issue 20).
+func scaleLeave(ctx context.Context, t *testing.T, nodes []*Coordinator, fence *ownership.MemoryFence, name string) leaveResult {
+	t.Helper()
+	var leaver *Coordinator
+	var rest []*Coordinator
+	acquired := make(chan Event, 4096)
+	for _, c := range nodes {
+		if c.cfg.Name == name {
+			leaver = c
+			continue
+		}
+		rest = append(rest, c)
+		ch, stop := c.Subscribe(1024)
+		defer stop()
+		go func() {
+			for e := range ch {
+				if e.Kind == EventAcquired {
+					acquired <- e
+				}
+			}
+		}()
+	}
+	released, stop := leaver.Subscribe(1024)
+	defer stop()
+	succ := map[string]bool{}
+	start := time.Now()
+	if err := leaver.Leave(ctx); err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	for {
+		if why := scaleConverged(rest, fence); why == "" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("not converged after %s left", name)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	r := leaveResult{took: time.Since(start)}
+	rel := map[uint32]time.Time{}
+	for drained := false; !drained; {
+		select {
+		case e, ok := <-released:
+			drained = !ok // closed with the coordinator
+			if ok && e.Kind == EventReleased {
+				rel[e.Partition] = e.Time
+			}
+		default:
+			drained = true
+		}
+	}
+	for drained := false; !drained; {
+		select {
+		case e := <-acquired:
+			if at, ok := rel[e.Partition]; ok {
+				succ[e.Node] = true
+				r.maxGap = max(r.maxGap, e.Time.Sub(at))
+			}
+		default:
+			drained = true
+		}
+	}
+	r.successors = len(succ)
+	return r
 }
 
 // scale50Run starts n coordinators of p partitions in this process, each
@@ -103,6 +185,7 @@ func scale50Run(ctx context.Context, t *testing.T, n, p int) scaleResult {
 		r.maxLag = max(r.maxLag, st.Lag)
 	}
 	r.pingRate = float64(pings) / float64(n) / r.converge.Seconds()
+	r.nodes, r.fence = nodes, fence
 	return r
 }
 

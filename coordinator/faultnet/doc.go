@@ -12,6 +12,7 @@
 //     no group talk to everyone (a bridge).
 //   - Cut(from, to): packets from -> to are dropped, to -> from still pass.
 //   - Isolate(name): the node can't talk to anyone.
+//   - Mute(name): the node's packets are dropped; its streams pass.
 //   - Drop(fraction): that fraction of all packets is lost, at random.
 //   - Delay(d): every packet arrives d late; senders don't block.
 //   - Heal(): all of the above removed.

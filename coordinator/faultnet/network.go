@@ -76,6 +76,7 @@ type Network struct {
 	groups   map[string]int
 	cuts     map[link]struct{}
 	isolated map[string]struct{}
+	muted    map[string]struct{}
 	drop     float64
 	delay    time.Duration
 
@@ -91,6 +92,7 @@ func New(opts ...Option) *Network {
 		groups:   make(map[string]int),
 		cuts:     make(map[link]struct{}),
 		isolated: make(map[string]struct{}),
+		muted:    make(map[string]struct{}),
 	}
 	WithSeed(defaultSeed)(n)
 	for _, opt := range opts {
@@ -145,6 +147,15 @@ func (n *Network) Isolate(name string) {
 	n.mu.Unlock()
 }
 
+// Mute drops every packet node name sends, until Heal, while its streams
+// (push/pull, joins) pass both ways and it still receives packets: its
+// gossip never leaves it, as when a node's gossip is too slow to matter.
+func (n *Network) Mute(name string) {
+	n.mu.Lock()
+	n.muted[name] = struct{}{}
+	n.mu.Unlock()
+}
+
 // Drop makes the Network drop the given fraction of all packets, chosen at
 // random by the Network's source when each packet is sent. Streams are not
 // affected. A fraction outside [0, 1] (or NaN) is an error and changes
@@ -173,7 +184,8 @@ func (n *Network) Delay(d time.Duration) error {
 	return nil
 }
 
-// Heal removes every fault: partition, cuts, isolations, drops and delay.
+// Heal removes every fault: partition, cuts, isolations, mutes, drops and
+// delay.
 // Packets already waiting out a delay are still delivered late. Heal does
 // not reconnect memberlist: a node that was declared dead stays dead until
 // someone joins it again.
@@ -182,6 +194,7 @@ func (n *Network) Heal() {
 	n.groups = make(map[string]int)
 	n.cuts = make(map[link]struct{})
 	n.isolated = make(map[string]struct{})
+	n.muted = make(map[string]struct{})
 	n.drop = 0
 	n.delay = 0
 	n.mu.Unlock()
@@ -269,7 +282,8 @@ func (n *Network) sendPacket(from, to string) bool {
 	if key, ok := parseAddr(to); ok {
 		toName = n.nameLocked(key)
 	}
-	if n.linkDownLocked(from, toName) || (n.drop > 0 && n.rng.Float64() < n.drop) {
+	_, muted := n.muted[from]
+	if muted || n.linkDownLocked(from, toName) || (n.drop > 0 && n.rng.Float64() < n.drop) {
 		n.dropped++
 		return false
 	}

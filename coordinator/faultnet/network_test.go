@@ -183,3 +183,33 @@ func BenchmarkSendDecision(b *testing.B) {
 		n.sendPacket("a", "127.0.0.1:7946")
 	}
 }
+
+// Mute drops the packets a node sends, and nothing else: its streams pass
+// both ways, it still receives packets, and Heal ends it. The negative
+// control is the unmuted node beside it.
+func TestMuteDropsOnlyTheNodesPackets(t *testing.T) {
+	n := New()
+	n.Mute("a")
+	if n.sendPacket("a", "127.0.0.1:1") {
+		t.Error("a muted node's packet was sent")
+	}
+	if !n.sendPacket("b", "127.0.0.1:1") {
+		t.Error("an unmuted node's packet was dropped")
+	}
+	n.mu.Lock()
+	down := n.linkDownLocked("b", "a") || n.linkDownLocked("a", "b")
+	n.mu.Unlock()
+	if down {
+		t.Error("Mute took a link down: the muted node must still receive packets and open streams")
+	}
+	if err := n.dialCheck("a", "b"); err != nil {
+		t.Errorf("a muted node's stream dial refused: %v", err)
+	}
+	if sent, dropped := n.Stats(); sent != 2 || dropped != 1 {
+		t.Errorf("Stats = %d sent, %d dropped; want 2 and 1", sent, dropped)
+	}
+	n.Heal()
+	if !n.sendPacket("a", "127.0.0.1:1") {
+		t.Error("Heal did not end the mute")
+	}
+}

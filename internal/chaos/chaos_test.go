@@ -89,6 +89,16 @@ func TestChaos(t *testing.T) {
 		r.print("violations")
 		r.fail(t)
 	})
+	t.Run("pressure", func(t *testing.T) {
+		r := runPressure(t, seed)
+		r.print("violations")
+		r.fail(t)
+	})
+	t.Run("throttled", func(t *testing.T) {
+		r := runThrottled(t, seed)
+		r.print("violations")
+		r.fail(t)
+	})
 }
 
 // result is what one run found.

@@ -177,3 +177,20 @@ func TestCheckAckedCatchesALostWrite(t *testing.T) {
 		t.Fatalf("a failed final read: %v, want one violation", v)
 	}
 }
+
+// The throttled run's duel check counts a partition whose mark goes back
+// to an owner it had left, and only that: a handover to a third node
+// (the negative control) is a change, not a duel.
+func TestThrottleWatchCatchesADuel(t *testing.T) {
+	var w throttleWatch
+	seen := [][]string{{"a"}, {"a"}}
+	for _, marks := range [][]string{{"b", "b"}, {"a", ""}, {"a", "c"}} {
+		w.observe(seen, marks)
+	}
+	if w.duels != 1 || w.changes != 4 {
+		t.Errorf("a->b->a and a->b->c: %d duels and %d changes, want 1 and 4", w.duels, w.changes)
+	}
+	if w.victim() != "duel" {
+		t.Errorf("victim = %q, want duel", w.victim())
+	}
+}

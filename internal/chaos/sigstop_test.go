@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,8 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,134 +169,10 @@ func (b *lockedBuffer) String() string {
 func runSIGSTOP(t *testing.T, seed uint64) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	rng := rand.New(rand.NewPCG(seed, 0x5165))
-	path := filepath.Join(t.TempDir(), "chaos.db")
-	db, err := openSQL(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	hist := NewHistory(nil)
-	res, err := newSQLResource(ctx, db, true, hist, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(res.close)
-	auth := &recAuthority{a: res.f.Authority(), hist: hist}
-	var nodes []*coordinator.Coordinator
-	for i := range 2 {
-		var seeds []string
-		if i > 0 {
-			seeds = []string{nodes[0].GossipAddr()}
-		}
-		cfg := sigConfig(fmt.Sprintf("n%d", i), res, auth, seeds, rand.New(rand.NewPCG(rng.Uint64(), uint64(time.Now().UnixNano()))))
-		c, err := coordinator.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		if err := c.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, c)
-	}
-
-	// The child.
-	const child = "n2"
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", childDBEnv+"="+path, childSeedEnv+"="+nodes[0].GossipAddr(), childNameEnv+"="+child)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr := &lockedBuffer{}
-	cmd.Stderr = stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	var (
-		mu        sync.Mutex
-		childRecs []Record
-		childCl   []claimRec
-	)
-	ready := make(chan string, 1)
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<16), 1<<20)
-		for sc.Scan() {
-			var l childLine
-			if json.Unmarshal(sc.Bytes(), &l) != nil {
-				continue
-			}
-			mu.Lock()
-			switch {
-			case l.Ready != "":
-				ready <- l.Ready
-			case l.Rec != nil:
-				childRecs = append(childRecs, *l.Rec)
-			case l.Claim != nil:
-				childCl = append(childCl, *l.Claim)
-			}
-			mu.Unlock()
-		}
-	}()
-	var waitOnce sync.Once
-	var waitErr error
-	reap := func() error {
-		waitOnce.Do(func() {
-			<-readDone // Wait closes stdout: read everything first
-			waitErr = cmd.Wait()
-		})
-		return waitErr
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-pid, syscall.SIGKILL) // the whole process group, stopped or not
-		_ = reap()
-	})
-	childStats := func(out Outcome) int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, r := range childRecs {
-			if r.Out == out {
-				n++
-			}
-		}
-		return n
-	}
-	select {
-	case <-ready:
-	case <-ctx.Done():
-		t.Fatalf("the child never became ready; stderr:\n%s", stderr.String())
-	}
-
-	// The workload of the in-process nodes.
-	var stale atomic.Int64
-	wctx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for i, c := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			writeLoop(wctx, c, res, hist, c.Self().Name, i+2, &stale)
-		}()
-	}
-	defer func() { stopLoad(); wg.Wait() }()
-
-	if !waitFor(ctx, 30*time.Second, func() bool { return childStats(OK) >= 20 }) {
-		t.Fatalf("the child made no writes; stderr:\n%s", stderr.String())
-	}
+	s := startSigCluster(ctx, t, seed)
 	var owned []uint32
 	for p := range uint32(sigPartitions) {
-		if m, err := res.mark(ctx, p); err == nil && m.Owner == child {
+		if m, err := s.res.mark(ctx, p); err == nil && m.Owner == childName {
 			owned = append(owned, p)
 		}
 	}
@@ -309,80 +182,31 @@ func runSIGSTOP(t *testing.T, seed uint64) result {
 	// Stop it past its lease, until every partition it held is fenced by
 	// another node; at a moment it holds no SQLite write lock, which would
 	// stop every writer of the file, the new owners' fences included.
-	if err := sigstop.StopUnlocked(ctx, pid, path); err != nil {
+	if err := sigstop.StopUnlocked(ctx, s.pid, s.path); err != nil {
 		t.Fatalf("stop the child: %v", err)
 	}
 	stopped := time.Now()
 	taken := waitFor(ctx, 30*time.Second, func() bool {
 		for _, p := range owned {
-			if m, err := res.mark(ctx, p); err != nil || m.Owner == child {
+			if m, err := s.res.mark(ctx, p); err != nil || m.Owner == childName {
 				return false
 			}
 		}
 		return true
 	})
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+	if err := syscall.Kill(s.pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	if !taken {
-		t.Fatalf("the others did not take over the child's partitions %v within 30 s:\n%s", owned, sigDiagnosis(ctx, res, auth, nodes, owned))
+		t.Fatalf("the others did not take over the child's partitions %v within 30 s:\n%s", owned, sigDiagnosis(ctx, s.res, s.auth, s.nodes, owned))
 	}
 	t.Logf("sigstop: child %s (pid %d) stopped %v, its %d partitions fenced by others, continued",
-		child, pid, time.Since(stopped).Round(time.Millisecond), len(owned))
+		childName, s.pid, time.Since(stopped).Round(time.Millisecond), len(owned))
 	// Its late writes meet the fence.
-	if !waitFor(ctx, 20*time.Second, func() bool { return childStats(Stale) > 0 }) {
-		t.Errorf("the child's late writes were never rejected (it made %d writes)", childStats(OK))
+	if !waitFor(ctx, 20*time.Second, func() bool { return s.childStats(Stale) > 0 }) {
+		t.Errorf("the child's late writes were never rejected (it made %d writes)", s.childStats(OK))
 	}
-	for _, c := range nodes {
-		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-		err := c.WaitConverged(wctx)
-		wcancel()
-		if err != nil {
-			t.Errorf("%s: %v", c.Self().Name, err)
-		}
-	}
-	stopLoad()
-	wg.Wait()
-	_ = stdin.Close()
-	exited := make(chan error, 1)
-	go func() { exited <- reap() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("child: %v; stderr:\n%s", err, stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-exited
-		t.Error("the child did not exit within 15 s of its stdin closing")
-	}
-
-	mu.Lock()
-	recs := append(hist.Records(), childRecs...)
-	claims := append(auth.claims(), childCl...)
-	mu.Unlock()
-	r := result{name: "sigstop", events: 1, operations: len(recs), calls: len(recs), stale: stale.Load() + int64(childStats(Stale))}
-	chk, err := Check(recs, 30*time.Second, os.TempDir())
-	if err != nil {
-		r.violations = append(r.violations, fmt.Sprintf("check: %v", err))
-	}
-	for _, p := range chk.Illegal {
-		r.violations = append(r.violations, fmt.Sprintf("linearizability: partition %d is not a fenced register (porcupine)", p))
-	}
-	for _, p := range chk.Undecided {
-		r.violations = append(r.violations, fmt.Sprintf("linearizability: porcupine timed out on partition %d", p))
-	}
-	if chk.Visualization != "" {
-		t.Logf("porcupine visualization: %s", chk.Visualization)
-	}
-	s1, err := res.s1(ctx)
-	if err != nil {
-		r.violations = append(r.violations, fmt.Sprintf("S1 check: %v", err))
-	}
-	r.violations = append(r.violations, s1Strings(s1)...)
-	r.violations = append(r.violations, checkS2(recs)...)
-	r.violations = append(r.violations, checkS4(claims)...)
-	return r
+	return s.finish(ctx, "sigstop", 1)
 }
 
 // sigDiagnosis describes, for a failed takeover, what each in-process node
