@@ -189,28 +189,12 @@ func scale50Run(ctx context.Context, t *testing.T, n, p int) scaleResult {
 	return r
 }
 
-// scaleConverged returns why nodes have not converged, or "".
+// scaleConverged returns why nodes have not converged, or "": the scale
+// harness's check (scale_test.go) on these nodes.
 func scaleConverged(nodes []*Coordinator, fence *ownership.MemoryFence) string {
-	var t0 interface{ Fingerprint() uint64 }
-	for _, c := range nodes {
-		t := c.Table()
-		if t == nil || t.Len() != len(nodes) {
-			return fmt.Sprintf("%s sees %d members, want %d", c.cfg.Name, t.Len(), len(nodes))
-		}
-		if t0 == nil {
-			t0 = t
-		} else if t.Fingerprint() != t0.Fingerprint() {
-			return c.cfg.Name + " has another table"
-		}
-		if !c.converged() {
-			return fmt.Sprintf("%s not settled (quorum %v, unreachable %d)", c.cfg.Name, c.quorumOK.Load(), len(c.Status().Unreachable))
-		}
-	}
-	t := nodes[0].Table()
-	for p := range uint32(t.Partitions()) {
-		if cur := fence.Current(p); cur.Owner != t.Owner(p) {
-			return fmt.Sprintf("partition %d fenced by %q, ring owner %q", p, cur.Owner, t.Owner(p))
-		}
+	sc := &scaleCluster{partitions: nodes[0].cfg.Ring.Partitions, fence: fence, nodes: nodes}
+	if err := sc.check(); err != nil {
+		return err.Error()
 	}
 	return ""
 }

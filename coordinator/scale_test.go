@@ -79,7 +79,7 @@ func (sc *scaleCluster) check() error {
 			return fmt.Errorf("%s has another table", c.cfg.Name)
 		}
 		if !c.converged() {
-			return fmt.Errorf("%s not settled", c.cfg.Name)
+			return fmt.Errorf("%s not settled (quorum %v, unreachable %d)", c.cfg.Name, c.quorumOK.Load(), len(c.Status().Unreachable))
 		}
 	}
 	t := sc.nodes[0].Table()
