@@ -65,10 +65,12 @@ type proc struct {
 	kv     kvpb.KVClient
 }
 
-func spawn(t *testing.T, dir, name string, seeds []string) *proc {
+// spawn starts a node process logging to dir, joining seeds, with the
+// flags in more (its database: -data or -dsn).
+func spawn(t *testing.T, dir, name string, seeds []string, more ...string) *proc {
 	t.Helper()
-	args := []string{nodeArg, "-name", name, "-gossip", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-status", "127.0.0.1:0",
-		"-preset", "local", "-partitions", "16", "-data", filepath.Join(dir, "kv.db")}
+	args := append([]string{nodeArg, "-name", name, "-gossip", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-status", "127.0.0.1:0",
+		"-preset", "local", "-partitions", "16"}, more...)
 	if len(seeds) > 0 {
 		args = append(args, "-seeds", seeds[0])
 	}
@@ -147,25 +149,64 @@ func (p *proc) members() ([]string, bool) {
 	return names, v.Converged
 }
 
+// settle waits, within a minute, until each of among sees exactly among
+// as the members and its view has converged.
+func settle(ctx context.Context, t *testing.T, what string, among ...*proc) {
+	t.Helper()
+	var want []string
+	for _, p := range among {
+		want = append(want, p.name)
+	}
+	sort.Strings(want)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	tenuretest.WaitFor(wctx, t, what, func() bool {
+		for _, p := range among {
+			if m, ok := p.members(); !ok || !slices.Equal(m, want) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // call is one client call, as the client saw it.
 type call struct {
 	start, end time.Time
-	id         string
-	err        error
+	id, key    string
+	err        error // the last attempt's
+	tries      int
+	firstErr   error // the first attempt's
 }
 
-// client writes through its entry nodes until ctx ends: each Put carries a
-// request id and a value of its own, and a 10 s deadline, longer than the
-// pause, so the wait measured is the cluster's, not the deadline's.
-func client(ctx context.Context, w int, entries []*proc, calls chan<- call) {
+// retryFor is how long a retrying client sends a call again after its
+// first attempt.
+const retryFor = 30 * time.Second
+
+// client writes through its entry nodes until ctx ends, to the key keyOf
+// names for its w-th writer's i-th call: each Put carries a request id and
+// a value of its own, and a 10 s deadline, longer than the pause, so the
+// wait measured is the cluster's, not the deadline's. With retry, a call
+// that fails is sent again, with the same request id and value, through
+// the next entry, until it succeeds or retryFor has passed.
+func client(ctx context.Context, w int, entries []*proc, keyOf func(w, i int) string, retry bool, calls chan<- call) {
 	for i := 0; ctx.Err() == nil; i++ {
-		p := entries[i%len(entries)]
 		id := fmt.Sprintf("w%d-%d", w, i)
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		cctx, _ = transport.WithRequestID(cctx, id)
-		c := call{start: time.Now(), id: id}
-		_, c.err = p.kv.Put(cctx, &kvpb.PutRequest{Key: fmt.Sprintf("fig/w%d/k%d", w, i%16), Value: []byte(id)})
-		cancel()
+		c := call{start: time.Now(), id: id, key: keyOf(w, i)}
+		for {
+			p := entries[(i+c.tries)%len(entries)]
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			cctx, _ = transport.WithRequestID(cctx, id)
+			_, c.err = p.kv.Put(cctx, &kvpb.PutRequest{Key: c.key, Value: []byte(id)})
+			cancel()
+			if c.tries++; c.tries == 1 {
+				c.firstErr = c.err
+			}
+			if c.err == nil || !retry || time.Since(c.start) > retryFor {
+				break
+			}
+			pause(context.Background(), 10*time.Millisecond)
+		}
 		c.end = time.Now()
 		calls <- c
 	}
@@ -173,7 +214,7 @@ func client(ctx context.Context, w int, entries []*proc, calls chan<- call) {
 
 // TestFigures runs four kvstore nodes as processes on one SQLite file and
 // clients writing through two of them, and prints the client-path figures
-// (`go test ./examples/kvstore -run TestFigures -v`):
+// (`go test ./examples/kvstore -run TestFigures/sqlite -v`):
 //
 //   - client.max_wait_after_sigstop_seconds: the longest any call waited
 //     for its answer after an owner was stopped with SIGSTOP, beside the
@@ -187,7 +228,16 @@ func client(ctx context.Context, w int, entries []*proc, calls chan<- call) {
 //
 // It asserts what does not depend on timing: no duplicate commit, no
 // failed call during the leave, every acknowledged write in the database.
+//
+// Its second part, batched_postgres (figuresBatched), runs the same
+// faults on PostgreSQL with the writes of each partition in flight
+// together, and prints the batches' figures.
 func TestFigures(t *testing.T) {
+	t.Run("sqlite", figuresSQLite)
+	t.Run("batched_postgres", figuresBatched)
+}
+
+func figuresSQLite(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -197,32 +247,9 @@ func TestFigures(t *testing.T) {
 		if i > 0 {
 			seeds = []string{ps[0].ready.Gossip}
 		}
-		ps = append(ps, spawn(t, dir, fmt.Sprintf("n%d", i), seeds))
+		ps = append(ps, spawn(t, dir, fmt.Sprintf("n%d", i), seeds, "-data", filepath.Join(dir, "kv.db")))
 	}
-	names := func(ps ...*proc) []string {
-		var out []string
-		for _, p := range ps {
-			out = append(out, p.name)
-		}
-		return out
-	}
-	settled := func(what string, among ...*proc) time.Duration {
-		t.Helper()
-		start := time.Now()
-		want := names(among...)
-		sort.Strings(want)
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		tenuretest.WaitFor(wctx, t, what, func() bool {
-			for _, p := range among {
-				if m, ok := p.members(); !ok || !slices.Equal(m, want) {
-					return false
-				}
-			}
-			return true
-		})
-		return time.Since(start)
-	}
+	settled := func(what string, among ...*proc) { settle(ctx, t, what, among...) }
 	settled("the cluster to converge", ps...)
 	n0, n1, stopped, leaver := ps[0], ps[1], ps[2], ps[3]
 
@@ -231,7 +258,7 @@ func TestFigures(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Add(1)
-		go func() { defer wg.Done(); client(lctx, w, []*proc{n0, n1}, calls) }()
+		go func() { defer wg.Done(); client(lctx, w, []*proc{n0, n1}, figKey, false, calls) }()
 	}
 	pause(ctx, time.Second)
 
@@ -354,6 +381,9 @@ func TestFigures(t *testing.T) {
 		t.Logf("%d calls failed in all (%d with an unknown outcome); first: %v", failed, unknown, firstErr)
 	}
 }
+
+// figKey is TestFigures' key: 16 keys per writer.
+func figKey(w, i int) string { return fmt.Sprintf("fig/w%d/k%d", w, i%16) }
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"net"
 	"net/http"
 	"sync"
@@ -54,8 +55,9 @@ type Node struct {
 
 	// gate holds off a partition's Release until its writes in flight
 	// have finished (the drain that makes a handoff reject nothing).
-	gate  *gate.Gate
-	stats counters
+	gate       *gate.Gate
+	partitions int // of the ring
+	stats      counters
 
 	serving sync.WaitGroup // the servers' Serve goroutines
 	once    sync.Once
@@ -64,6 +66,21 @@ type Node struct {
 type counters struct {
 	putsApplied, duplicates, gets, staleRejected, forwarded atomic.Uint64
 	batches, batchedWrites                                  atomic.Uint64
+	// batchWait counts batches by their longest queue wait: bucket i
+	// holds the waits of less than 2^i µs (and at least 2^(i-1) µs), the
+	// last one every longer wait.
+	batchWait [batchWaitBuckets]atomic.Uint64
+}
+
+// batchWaitBuckets is the number of power-of-two buckets of
+// Stats.BatchWaitLog2: the last starts at 2^30 µs, about 18 minutes.
+const batchWaitBuckets = 32
+
+// observeBatch counts a batch the Batcher sent.
+func (c *counters) observeBatch(i sqlfence.BatchInfo) {
+	c.batches.Add(1)
+	c.batchedWrites.Add(uint64(i.Writes))
+	c.batchWait[min(bits.Len64(uint64(i.Wait.Microseconds())), batchWaitBuckets-1)].Add(1)
 }
 
 // Stats are a node's counters since Start, as /kv/stats serves them.
@@ -85,6 +102,15 @@ type Stats struct {
 	// (sqlfence.Batcher), and BatchedWrites the writes they carried.
 	Batches       uint64 `json:"batches"`
 	BatchedWrites uint64 `json:"batched_writes"`
+	// BatchWaitLog2 counts the batches by the longest time any of their
+	// writes waited in the queue: element i counts waits of at least
+	// 2^(i-1) µs and less than 2^i µs (element 0: under 1 µs), the last
+	// element every longer wait. Sum the elements of several nodes to
+	// merge them.
+	BatchWaitLog2 []uint64 `json:"batch_wait_us_log2"`
+	// Queued is the number of writes waiting in the Batcher's queues, not
+	// yet sent, when the Stats were taken.
+	Queued int `json:"queued"`
 }
 
 // Start opens the database, creates the tables if needed, starts the
@@ -119,10 +145,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// The owner of a partition is its only writer: it commits the writes
 	// of many clients to the partition in one fenced transaction.
-	if n.batch, err = sqlfence.NewBatcher(n.fence, sqlfence.BatchConfig{Requests: n.reqs, Observe: func(i sqlfence.BatchInfo) {
-		n.stats.batches.Add(1)
-		n.stats.batchedWrites.Add(uint64(i.Writes))
-	}}); err != nil {
+	if n.batch, err = sqlfence.NewBatcher(n.fence, sqlfence.BatchConfig{Requests: n.reqs, Observe: n.stats.observeBatch}); err != nil {
 		return nil, err
 	}
 
@@ -215,7 +238,7 @@ func (n *Node) newCoordinator() (*coordinator.Coordinator, error) {
 	if cc.Ring == (ring.Config{}) {
 		partitions = ring.DefaultConfig().Partitions // the coordinator's default
 	}
-	n.gate = gate.New(partitions)
+	n.gate, n.partitions = gate.New(partitions), partitions
 	return coordinator.New(cc)
 }
 
@@ -348,7 +371,17 @@ func (n *Node) StatusAddr() string { return n.statusAddr }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
+	wait := make([]uint64, batchWaitBuckets)
+	for i := range wait {
+		wait[i] = n.stats.batchWait[i].Load()
+	}
+	queued := 0
+	for p := range n.partitions {
+		queued += n.batch.Queued(uint32(p))
+	}
 	return Stats{
+		BatchWaitLog2: wait,
+		Queued:        queued,
 		PutsApplied:   n.stats.putsApplied.Load(),
 		Duplicates:    n.stats.duplicates.Load(),
 		Gets:          n.stats.gets.Load(),
