@@ -227,4 +227,5 @@ func TestFigures(t *testing.T) {
 		}
 	}
 	batchFigures(t)
+	batchCheckFigures(t)
 }
