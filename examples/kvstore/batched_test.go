@@ -138,7 +138,11 @@ func figuresBatched(t *testing.T) {
 	})
 	var refused uint64
 	waitFor(ctx, t, "the fence to refuse the held write's batch", func() bool {
-		refused = paused.stats(t).StaleRejected - before.StaleRejected
+		var s kvnode.Stats
+		if paused.control(http.MethodGet, "/kv/stats", &s) != nil {
+			return false // not answering yet
+		}
+		refused = s.StaleRejected - before.StaleRejected
 		return refused > 0
 	})
 	settle(ctx, t, "the paused node to rejoin", ps...)
