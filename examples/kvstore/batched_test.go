@@ -38,12 +38,16 @@ const batchedWriters = 48
 //
 //   - a pause past the lease mid-batch: a write to one of the stopped
 //     node's partitions is held after its gate (faultctl's hold) while the
-//     others write beside it, the node is stopped with SIGSTOP (a batch of
-//     it may be open in PostgreSQL: the server ends that session after
-//     idle_in_transaction_session_timeout), the others take its partitions
-//     over and fence them; after SIGCONT the held write goes into the
-//     Batcher under its old token, and its batch must be refused by the
-//     fence (counted in the node's stale_rejected);
+//     others write beside it, and a batch of another of its partitions is
+//     in flight, waiting inside its fenced transaction for a row the test
+//     holds (blockABatch); the node is stopped with SIGSTOP and the row
+//     let go: the batch's transaction idles with the fence's row locked
+//     until the server ends its session
+//     (idle_in_transaction_session_timeout), and the others take the
+//     node's partitions over and fence them; after SIGCONT the held write
+//     goes into the Batcher under its old token, and its batch must be
+//     refused by the fence (counted in the node's stale_rejected), and the
+//     batch in flight must fail;
 //   - a kill mid-commit: another owner gets SIGKILL with batches
 //     committing; a call that got no answer is retried by its request id
 //     (by the entry node's router, then by the client);
@@ -57,7 +61,8 @@ const batchedWriters = 48
 // the negative control), a duplicate commit, an acknowledged write
 // missing, a lost update (a key whose final value is older than its last
 // acknowledged write), a call of the leave failing at its first attempt;
-// and that the held write's batch was refused. Figures:
+// and that the held write's batch was refused and the batch in flight
+// failed. Figures:
 // batch.size_mean, batch.wait_us_p50 and _p99 (the upper end of the
 // power-of-two bucket that holds the percentile: the longest queue wait of
 // each batch, as kvnode.Stats.BatchWaitLog2 counts them), batch.batches,
@@ -80,6 +85,11 @@ func figuresBatched(t *testing.T) {
 	}
 	settle(ctx, t, "the cluster to converge", ps...)
 	n0, n1, paused, killed := ps[0], ps[1], ps[2], ps[3]
+	db, err := kvnode.OpenDB("", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 	last := map[*proc]kvnode.Stats{} // each node's counters as last scraped
 
 	// The clients write 16 keys each, until hot holds keys of their own
@@ -118,11 +128,30 @@ func figuresBatched(t *testing.T) {
 		var v struct{ Waiting bool }
 		return paused.control(http.MethodGet, fmt.Sprintf("/debug/hold?partition=%d", p), &v) == nil && v.Waiting
 	})
+	// And a batch of another of its partitions in flight: the test holds
+	// that partition's rows until a batch waits for one, inside its fenced transaction, and lets it go once the node is
+	// stopped. The batch's statement then ends, its transaction idles with
+	// the fence's row locked, and the server ends the session (the nodes'
+	// idle_in_transaction_session_timeout) before the new owner can fence.
+	// (On p itself the held write would queue behind that batch, where
+	// the lease's end would fail it unsent, not the fence.)
+	var p2 uint32
+	waitFor(ctx, t, paused.name+" to hold two partitions", func() bool {
+		for _, q := range n0.heldPartitions(paused.name) {
+			if q != p {
+				p2 = q
+				return true
+			}
+		}
+		return false
+	})
+	unblock := blockABatch(ctx, t, db, p2)
 	before := paused.stats(t)
 	if err := sigstop.Stop(ctx, paused.cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
 	tStop := time.Now()
+	unblock()
 	settle(ctx, t, "the others to drop the paused node", n0, n1, killed)
 	waitFor(ctx, t, "another node to hold the paused node's partition", func() bool {
 		h, epoch := n0.holder(p)
@@ -136,14 +165,14 @@ func figuresBatched(t *testing.T) {
 	waitFor(ctx, t, "the held write to be released", func() bool {
 		return paused.control(http.MethodPost, fmt.Sprintf("/debug/release?partition=%d", p), nil) == nil
 	})
-	var refused uint64
-	waitFor(ctx, t, "the fence to refuse the held write's batch", func() bool {
+	// The held write's batch is refused by the fence, and the batch in
+	// flight fails with its session: two failed batches at least.
+	waitFor(ctx, t, "the fence to refuse the held write's batch, and the batch in flight to fail", func() bool {
 		var s kvnode.Stats
 		if paused.control(http.MethodGet, "/kv/stats", &s) != nil {
 			return false // not answering yet
 		}
-		refused = s.StaleRejected - before.StaleRejected
-		return refused > 0
+		return s.StaleRejected > before.StaleRejected && s.BatchesFailed >= before.BatchesFailed+2
 	})
 	settle(ctx, t, "the paused node to rejoin", ps...)
 	pause(ctx, time.Second)
@@ -209,11 +238,6 @@ func figuresBatched(t *testing.T) {
 		}
 	}
 
-	db, err := kvnode.OpenDB("", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	rows, stale, err := kvnode.VerifyLog(ctx, db, "bf/")
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +278,8 @@ func figuresBatched(t *testing.T) {
 	fmt.Printf("figure: batch_faults.acked %d\n", len(acked))
 	fmt.Printf("figure: batch_faults.never_acked %d\n", len(all)-len(acked))
 	fmt.Printf("figure: batch_faults.first_attempt_unknown %d\n", unknownFirst)
-	fmt.Printf("figure: batch_faults.pause.refused_by_fence %d\n", refused)
+	fmt.Printf("figure: batch_faults.pause.refused_by_fence %d\n", last[paused].StaleRejected-before.StaleRejected)
+	fmt.Printf("figure: batch_faults.pause.batches_failed %d\n", last[paused].BatchesFailed-before.BatchesFailed)
 	fmt.Printf("figure: batch_faults.pause.failed_first_attempts %d\n", failedPause)
 	fmt.Printf("figure: batch_faults.kill.retried_calls %d\n", retriedKill)
 	fmt.Printf("figure: batch_faults.duplicates_answered %d\n", dupAnswers)
@@ -275,6 +300,44 @@ func figuresBatched(t *testing.T) {
 	if batches == 0 || writes <= batches {
 		t.Errorf("%d writes in %d batches: the owners' batches never carried more than one write", writes, batches)
 	}
+}
+
+// blockABatch locks, in a transaction of its own, the kv rows of
+// partition p, and waits until a session waits for one of them: a batch
+// of p in flight. It returns the function that ends the transaction,
+// letting the batch go on.
+func blockABatch(ctx context.Context, t *testing.T, db *sql.DB, p uint32) (unblock func()) {
+	t.Helper()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	unblock = func() {
+		_, _ = conn.ExecContext(ctx, `ROLLBACK`)
+		conn.Close()
+	}
+	res, err := conn.ExecContext(ctx, `SELECT 1 FROM kv WHERE partition = $1 FOR UPDATE`, int64(p))
+	if err != nil {
+		unblock()
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		unblock()
+		t.Fatalf("no key of partition %d written yet", p)
+	}
+	waitFor(ctx, t, "a batch to wait for the test's row locks", func() bool {
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n)
+		return err == nil && n > 0
+	})
+	return unblock
 }
 
 // unfencedBatchControl is figuresBatched's negative control: a batch of

@@ -65,7 +65,7 @@ type Node struct {
 
 type counters struct {
 	putsApplied, duplicates, gets, staleRejected, forwarded atomic.Uint64
-	batches, batchedWrites                                  atomic.Uint64
+	batches, batchedWrites, batchesFailed                   atomic.Uint64
 	// batchWait counts batches by their longest queue wait: bucket i
 	// holds the waits of less than 2^i µs (and at least 2^(i-1) µs), the
 	// last one every longer wait.
@@ -80,6 +80,9 @@ const batchWaitBuckets = 32
 func (c *counters) observeBatch(i sqlfence.BatchInfo) {
 	c.batches.Add(1)
 	c.batchedWrites.Add(uint64(i.Writes))
+	if i.Err != nil {
+		c.batchesFailed.Add(1)
+	}
 	c.batchWait[min(bits.Len64(uint64(i.Wait.Microseconds())), batchWaitBuckets-1)].Add(1)
 }
 
@@ -99,9 +102,12 @@ type Stats struct {
 	// the key's owner as this node saw it.
 	Forwarded uint64 `json:"forwarded"`
 	// Batches counts the fenced transactions the owner's writes went in
-	// (sqlfence.Batcher), and BatchedWrites the writes they carried.
+	// (sqlfence.Batcher), BatchedWrites the writes they carried, and
+	// BatchesFailed the batches that did not commit (refused by the
+	// fence, their session or connection lost, their outcome unknown).
 	Batches       uint64 `json:"batches"`
 	BatchedWrites uint64 `json:"batched_writes"`
+	BatchesFailed uint64 `json:"batches_failed"`
 	// BatchWaitLog2 counts the batches by the longest time any of their
 	// writes waited in the queue: element i counts waits of at least
 	// 2^(i-1) µs and less than 2^i µs (element 0: under 1 µs), the last
@@ -389,5 +395,6 @@ func (n *Node) Stats() Stats {
 		Forwarded:     n.stats.forwarded.Load(),
 		Batches:       n.stats.batches.Load(),
 		BatchedWrites: n.stats.batchedWrites.Load(),
+		BatchesFailed: n.stats.batchesFailed.Load(),
 	}
 }
