@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -32,7 +33,7 @@ type config struct {
 	nodes, partitions, writers, keys int
 	phase, pause, cut, timeout       time.Duration
 	dir, dsn, report                 string
-	keep, strictLeave                bool
+	keep, strictLeave, netns         bool
 }
 
 // demo is the cluster of child processes and the workload's counters.
@@ -51,6 +52,8 @@ type demo struct {
 
 	ops, acked, failed, staleSeen, reads, staleReads atomic.Int64
 	client                                           clientPath
+
+	net *nsNet // with -netns: the nodes' network namespaces; nil on loopback
 }
 
 // writer is one client: it alone writes its keys, each with increasing
@@ -94,11 +97,26 @@ func run(ctx context.Context, cfg config) (bool, error) {
 			defer os.RemoveAll(d.dir)
 		}
 	}
+	if cfg.netns {
+		names := make([]string, cfg.nodes)
+		for i := range names {
+			names[i] = nodeName(i)
+		}
+		if d.net, err = openNet(names, cfg.dsn); err != nil {
+			return false, err
+		}
+		defer func() { // after the nodes are killed
+			if err := d.net.close(); err != nil {
+				fmt.Fprintln(os.Stderr, "demo:", err)
+			}
+		}()
+		fmt.Printf("network namespaces: each node in its own, PostgreSQL through a relay at %s; cuts are nftables rules\n", d.net.relay.Addr())
+	}
 	defer d.killAll()
 
 	start := time.Now()
 	for i := range cfg.nodes {
-		if _, err := d.start(ctx, fmt.Sprintf("node-%d", i)); err != nil {
+		if _, err := d.start(ctx, nodeName(i)); err != nil {
 			return false, err
 		}
 	}
@@ -187,6 +205,10 @@ func run(ctx context.Context, cfg config) (bool, error) {
 		return false, err
 	}
 	cutFailover := time.Since(t0)
+	var cutErr error // with -netns: the cut seen from inside the namespaces
+	if d.net != nil {
+		cutErr = d.net.verifyCut(small, large)
+	}
 	d.story.settled("the majority side {2,3,4} took over", cutFailover, true)
 	d.wait(ctx, cfg.cut-cutFailover)
 	d.setPhase("network healed")
@@ -200,6 +222,11 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	}
 	d.story.settled("the cut healed, the tables merged", healed, false)
 	d.wait(ctx, cfg.phase)
+	if d.net != nil {
+		if err := d.lossy(ctx); err != nil {
+			return false, err
+		}
+	}
 
 	d.setPhase("graceful leave of node-2")
 	leaver := d.remove("node-2")
@@ -296,6 +323,13 @@ func run(ctx context.Context, cfg config) (bool, error) {
 		{Name: "write log holds every acknowledged write", Value: fmt.Sprintf("%d rows, %d acknowledged", rows, d.acked.Load()), OK: d.acked.Load() > 0 && rows >= int(d.acked.Load())},
 		{Name: "stale writes rejected by the fences", Value: fmt.Sprint(staleRejected), OK: true},
 	}, client.checks(dups, d.cfg.strictLeave)...)
+	if d.net != nil {
+		verdict := "yes"
+		if cutErr != nil {
+			verdict = cutErr.Error()
+		}
+		checks = append(checks, check{Name: "the cut dropped the minority's database and gRPC traffic (-netns)", Value: verdict, OK: cutErr == nil})
+	}
 	report, err := d.writeReport(history, stale.times(), checks)
 	if err != nil {
 		return false, fmt.Errorf("report: %w", err)
@@ -454,21 +488,33 @@ func (d *demo) verifyLog(ctx context.Context) (rows, violations int, err error) 
 
 func (d *demo) sqlitePath() string { return filepath.Join(d.dir, "kvstore.db") }
 
+// nodeName is the name of the i-th node.
+func nodeName(i int) string { return fmt.Sprintf("node-%d", i) }
+
 // start launches a node that joins the live ones.
 func (d *demo) start(ctx context.Context, name string) (*proc, error) {
+	host, dsn := "127.0.0.1", d.cfg.dsn
+	if d.net != nil {
+		host, dsn = d.net.host(name), d.net.dsn
+	}
 	args := []string{
-		"-gossip", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-status", "127.0.0.1:0",
+		"-gossip", host + ":0", "-grpc", host + ":0", "-status", host + ":0",
 		"-preset", "local", "-partitions", strconv.Itoa(d.cfg.partitions), "-fault-control",
 	}
-	if d.cfg.dsn != "" {
-		args = append(args, "-dsn", d.cfg.dsn)
+	if dsn != "" {
+		args = append(args, "-dsn", dsn)
 	} else {
 		args = append(args, "-data", d.sqlitePath())
 	}
 	if seeds := gossipAddrs(d.list()); len(seeds) > 0 {
 		args = append(args, "-seeds", strings.Join(seeds, ","))
 	}
-	p, err := spawn(ctx, d.self, name, filepath.Join(d.dir, name+".log"), args)
+	args = append([]string{nodeCommand, "-name", name}, args...)
+	cmd := exec.Command(d.self, args...)
+	if d.net != nil {
+		cmd = d.net.command(name, d.self, args...)
+	}
+	p, err := spawn(ctx, cmd, name, filepath.Join(d.dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
@@ -538,8 +584,12 @@ func (d *demo) split(n int) (small, large []*proc) {
 }
 
 // cut makes every node of a drop gossip with every node of b and the other
-// way round; cut(nil, all) heals.
+// way round; cut(nil, all) heals. With -netns it cuts the network itself
+// instead: gossip, gRPC and, for a, the database.
 func (d *demo) cut(a, b []*proc) error {
+	if d.net != nil {
+		return d.net.cut(a, b)
+	}
 	for _, p := range a {
 		if err := p.cut(gossipAddrs(b)); err != nil {
 			return err
@@ -550,6 +600,31 @@ func (d *demo) cut(a, b []*proc) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// lossyPhase names the fault lossy injects.
+const lossyPhase = "20% loss at node-4, one-way cut node-0 -> node-3"
+
+// lossy runs the workload for a phase with 20% of node-4's incoming
+// packets lost and node-0's packets to node-3 dropped (one way), then
+// heals and waits for the cluster to settle (-netns only).
+func (d *demo) lossy(ctx context.Context) error {
+	d.setPhase(lossyPhase)
+	if err := d.net.lossy("node-4", "node-0", "node-3"); err != nil {
+		return err
+	}
+	d.story.mark(lossyPhase)
+	d.wait(ctx, d.cfg.phase)
+	if err := d.net.cut(nil, nil); err != nil {
+		return err
+	}
+	healed, err := d.settle(ctx)
+	if err != nil {
+		return err
+	}
+	d.story.settled("settled after the loss and the one-way cut", healed, false)
+	d.wait(ctx, d.cfg.phase)
 	return nil
 }
 

@@ -20,11 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Prefix begins the name of every namespace a Net makes, followed by the
-// making process's pid, so that New can tell a crashed run's leftovers
-// (their process is gone) from a running test's.
-const Prefix = "tnr-"
-
 // host is the name Partition, Cut and Loss don't accept: the root
 // namespace's end of the network, where the test itself runs.
 const host = "host"
