@@ -40,6 +40,7 @@ type Net struct {
 	mu     sync.Mutex
 	cuts   map[[2]string]bool // from, to
 	loss   map[string]int
+	apart  map[string]bool // isolated at the bridge
 	closed bool
 }
 
@@ -81,6 +82,7 @@ func New(nodes ...string) (*Net, error) {
 		addrs:  map[string]netip.Addr{},
 		cuts:   map[[2]string]bool{},
 		loss:   map[string]int{},
+		apart:  map[string]bool{},
 	}
 	n.hub = n.id + "-hub"
 	if err := n.build(); err != nil {
@@ -118,7 +120,7 @@ func (n *Net) build() error {
 		{"link", "set", n.hostIf, "up"},
 	}
 	for i, node := range n.nodes {
-		ns, a, port := n.ns(node), addr(i+2), "n"+strconv.Itoa(i)
+		ns, a, port := n.ns(node), addr(i+2), n.port(i)
 		n.addrs[node] = a
 		cmds = append(cmds,
 			[]string{"netns", "add", ns},
@@ -136,6 +138,9 @@ func (n *Net) build() error {
 	}
 	return nil
 }
+
+// port is the name of the i-th node's port on the hub's bridge.
+func (n *Net) port(i int) string { return "n" + strconv.Itoa(i) }
 
 // ns is node's namespace name.
 func (n *Net) ns(node string) string { return n.id + "-" + node }
@@ -242,21 +247,43 @@ func (n *Net) Loss(node string, percent int) error {
 	return n.apply()
 }
 
+// Isolate cuts node from everything, the host included, at the hub's
+// bridge: every frame to or from its port is dropped there, as if its
+// cable were pulled, and neither side's sends fail.
+func (n *Net) Isolate(node string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.apart[n.must(node)] = true
+	return n.apply()
+}
+
 // Heal removes every fault.
 func (n *Net) Heal() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	clear(n.cuts)
 	clear(n.loss)
+	clear(n.apart)
 	return n.apply()
 }
 
 // apply writes each node's nftables table (inet tenure) from the faults,
 // replacing the old one in one transaction: an input chain that drops
-// what is cut from the node and its share of loss.
+// what is cut from the node and its share of loss; and the hub's (bridge
+// tenure), whose forward chain drops the isolated nodes' frames.
 func (n *Net) apply() error {
 	if n.closed {
 		return errors.New("netns: closed")
+	}
+	var ports string
+	for i, node := range n.nodes {
+		if n.apart[node] {
+			ports += fmt.Sprintf("\t\tiifname %q drop\n\t\toifname %q drop\n", n.port(i), n.port(i))
+		}
+	}
+	if err := nft(n.hub, "table bridge tenure\ndelete table bridge tenure\ntable bridge tenure {\n"+
+		"\tchain forward {\n\t\ttype filter hook forward priority filter; policy accept;\n"+ports+"\t}\n}\n"); err != nil {
+		return err
 	}
 	for _, node := range n.nodes {
 		// Dropped where they arrive, as a real cut does: a sender's own
@@ -276,11 +303,19 @@ func (n *Net) apply() error {
 		}
 		rules := "table inet tenure\ndelete table inet tenure\ntable inet tenure {\n" +
 			"\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n" + in + "\t}\n}\n"
-		cmd := exec.Command("ip", "netns", "exec", n.ns(node), "nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(rules)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("netns: nft in %s: %w: %s", node, err, bytes.TrimSpace(b))
+		if err := nft(n.ns(node), rules); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// nft loads rules into namespace ns.
+func nft(ns, rules string) error {
+	cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("netns: nft in %s: %w: %s", ns, err, bytes.TrimSpace(b))
 	}
 	return nil
 }

@@ -145,6 +145,36 @@ func TestPartitionCutsTCPBothWaysUntilHeal(t *testing.T) {
 	check("healed", func(path) bool { return false })
 }
 
+func TestIsolateCutsTheHostToo(t *testing.T) {
+	n := newNet(t, "a", "b", "c")
+	ea, eb, host := echo(t, n, "a"), echo(t, n, "b"), echo(t, n, "")
+	for _, c := range []struct{ from, addr string }{{"", ea}, {"b", ea}, {"a", host}, {"a", eb}, {"c", eb}} {
+		if err := exchange(n, c.from, c.addr, works); err != nil {
+			t.Fatalf("before: %q -> %s: %v", c.from, c.addr, err)
+		}
+	}
+	if err := n.Isolate("a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, addr string }{{"", ea}, {"b", ea}, {"a", host}, {"a", eb}} {
+		if err := exchange(n, c.from, c.addr, cut); err == nil {
+			t.Errorf("isolated: %q -> %s went through", c.from, c.addr)
+		}
+	}
+	// The others, and the host, still reach each other.
+	for _, c := range []struct{ from, addr string }{{"c", eb}, {"", eb}, {"b", host}} {
+		if err := exchange(n, c.from, c.addr, works); err != nil {
+			t.Errorf("isolated a: %q -> %s: %v", c.from, c.addr, err)
+		}
+	}
+	if err := n.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if err := exchange(n, "", ea, works); err != nil {
+		t.Errorf("after Heal: host -> a: %v", err)
+	}
+}
+
 // udp is a UDP socket bound in node's namespace.
 func udp(t *testing.T, n *Net, node string) *net.UDPConn {
 	t.Helper()
