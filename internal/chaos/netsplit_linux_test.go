@@ -62,9 +62,11 @@ func runNetSplit(t *testing.T, seed uint64) result {
 	}
 	u.Host = relay.Addr()
 	// A node cut off inside a transaction leaves the server holding its
-	// row locks (the server's end of the connection is alive), and the
-	// new owner's claim of the partition waits on them: found by this
-	// run. The server ends such a session after 2 s (PostgreSQL's
+	// row locks (the server's end of the connection, at the relay, is
+	// alive), and the new owner's claim of the partition can wait on
+	// them: one of this run's first six runs without the setting failed
+	// so ("claim of p7 above epoch 2: timeout", again and again). The
+	// server ends such a session after 2 s (PostgreSQL's
 	// idle_in_transaction_session_timeout, sent as a startup parameter).
 	q := u.Query()
 	q.Set("idle_in_transaction_session_timeout", "2000")
