@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tenure-go/tenure/internal/netdelay"
 	"github.com/tenure-go/tenure/internal/netns"
 )
 
@@ -22,7 +23,7 @@ const dbNode = "db"
 // alike, instead of the nodes dropping gossip themselves.
 type nsNet struct {
 	n     *netns.Net
-	relay *netns.Relay
+	relay *netdelay.Proxy
 	dsn   string // the nodes' DSN: the relay's address
 }
 
@@ -42,7 +43,7 @@ func openNet(names []string, dsn string) (*nsNet, error) {
 		return nil, err
 	}
 	s := &nsNet{n: n}
-	if s.relay, err = n.Relay(dbNode, fmt.Sprintf("%s:%d", pg.Host, pg.Port)); err != nil {
+	if s.relay, err = n.Relay(dbNode, fmt.Sprintf("%s:%d", pg.Host, pg.Port), 0); err != nil {
 		n.Close()
 		return nil, err
 	}

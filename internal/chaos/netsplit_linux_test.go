@@ -51,7 +51,7 @@ func runNetSplit(t *testing.T, seed uint64) result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay, err := n.Relay("db", fmt.Sprintf("%s:%d", pg.Host, pg.Port))
+	relay, err := n.Relay("db", fmt.Sprintf("%s:%d", pg.Host, pg.Port), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

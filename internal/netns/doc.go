@@ -10,7 +10,8 @@
 // Command runs a program in a node's namespace (ip netns exec); Do runs a
 // function on a thread switched into it, so a socket it opens lives
 // there; Relay makes a service on the host's loopback (PostgreSQL) a node
-// of the network, so that a fault can cut it.
+// of the network, so that a fault can cut it, and delays its traffic if
+// asked (internal/netdelay's proxy).
 //
 // Faults are nftables rules inside the nodes' namespaces (a table inet
 // tenure per node, rewritten in one transaction on each change):
@@ -23,6 +24,6 @@
 // first sweeps namespaces a crashed run left (their names carry the pid
 // of the process that made them). Building a Net needs root, iproute2's
 // ip and Debian's nftables; without them New fails with a message that
-// says which, never skips. The kernel here has no netem; add delay with a
-// relay if a test needs it.
+// says which, never skips. The kernel here has no netem: delay goes
+// through a Relay.
 package netns

@@ -434,7 +434,7 @@ func TestRelayIsCutWithItsNode(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	r, err := n.Relay("db", ln.Addr().String())
+	r, err := n.Relay("db", ln.Addr().String(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
