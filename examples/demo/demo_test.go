@@ -92,3 +92,27 @@ func TestCheckHistory(t *testing.T) {
 		}
 	}
 }
+
+// A value older than the last acknowledged one is a late write only if
+// the writer sent it in a call that failed; an acknowledged older value,
+// or one never sent, is not.
+func TestUnknownIsAFailedCallOnly(t *testing.T) {
+	d := &demo{cfg: config{keys: 4}}
+	w := &writer{id: 1}
+	key := w.id*d.cfg.keys + 2
+	w.history = []op{
+		{key: key, put: true, value: 1, start: 0, end: 10},
+		{key: key, put: true, value: 2, start: 20, end: unknownEnd},
+		{key: key, put: true, value: 3, start: 30, end: 40},
+		{key: key + 1, put: true, value: 4, start: 50, end: unknownEnd},
+		{key: key, value: 5, start: 60, end: 70},
+	}
+	for _, c := range []struct {
+		v    uint64
+		want bool
+	}{{1, false}, {2, true}, {3, false}, {4, false}, {5, false}, {6, false}} {
+		if got := d.unknown(w, 2, c.v); got != c.want {
+			t.Errorf("unknown(key 2, value %d) = %v, want %v", c.v, got, c.want)
+		}
+	}
+}
