@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -451,6 +452,32 @@ func (d *demo) unknown(w *writer, i int, v uint64) bool {
 	return slices.ContainsFunc(w.history, func(o op) bool { return o.put && o.key == key && o.value == v && o.end == unknownEnd })
 }
 
+// logOf returns the write log's records of key in commit order, a line
+// each, to show who applied a late write and when.
+func (d *demo) logOf(ctx context.Context, key string) string {
+	db, err := kvnode.OpenDB(d.sqlitePath(), d.cfg.dsn)
+	if err != nil {
+		return fmt.Sprintf("  (%v)\n", err)
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT id, owner, epoch, value, request_id FROM kv_log WHERE key = $1 ORDER BY id`, key)
+	if err != nil {
+		return fmt.Sprintf("  (%v)\n", err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var id, epoch int64
+		var owner, value string
+		var req sql.NullString
+		if err := rows.Scan(&id, &owner, &epoch, &value, &req); err != nil {
+			return b.String() + fmt.Sprintf("  (%v)\n", err)
+		}
+		fmt.Fprintf(&b, "  log %d: value %s by %s at epoch %d, request %s\n", id, value, owner, epoch, req.String)
+	}
+	return b.String()
+}
+
 // readBack reads every written key through the cluster and counts the keys
 // whose value is older than their last acknowledged write: lost writes.
 func (d *demo) readBack(ctx context.Context, writers []*writer) (lost, reads int, err error) {
@@ -470,7 +497,8 @@ func (d *demo) readBack(ctx context.Context, writers []*writer) (lost, reads int
 			switch {
 			case got < acked && d.unknown(w, i, got):
 				d.late.Add(1)
-				fmt.Printf("LATE WRITE: %s holds %d, a write whose call failed, applied after %d was acknowledged\n", d.key(w.id, i), got, acked)
+				fmt.Printf("LATE WRITE: %s holds %d, a write whose call failed, applied after %d was acknowledged; its write log:\n%s",
+					d.key(w.id, i), got, acked, d.logOf(ctx, d.key(w.id, i)))
 			case got < acked || got > w.next[i]:
 				lost++
 				fmt.Printf("LOST: %s holds %d, last acknowledged %d, last sent %d\n", d.key(w.id, i), got, acked, w.next[i])

@@ -14,6 +14,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"go.uber.org/goleak"
 
+	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/internal/netns"
 	"github.com/tenure-go/tenure/internal/testdb"
 )
@@ -114,5 +115,27 @@ func TestUnknownIsAFailedCallOnly(t *testing.T) {
 		if got := d.unknown(w, 2, c.v); got != c.want {
 			t.Errorf("unknown(key 2, value %d) = %v, want %v", c.v, got, c.want)
 		}
+	}
+}
+
+// logOf lists a key's write log in commit order, with the request ids.
+func TestLogOfListsAKeysWrites(t *testing.T) {
+	d := &demo{dir: t.TempDir()}
+	db, err := kvnode.OpenDB(d.sqlitePath(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{
+		`CREATE TABLE kv_log (id INTEGER PRIMARY KEY, owner TEXT, epoch BIGINT, key TEXT, value BLOB, request_id TEXT)`,
+		`INSERT INTO kv_log (owner, epoch, key, value, request_id) VALUES ('node-3', 4, 'k', '3', 'r/3'), ('node-4', 2, 'other', '9', NULL), ('node-3', 4, 'k', '2', 'r/2')`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "  log 1: value 3 by node-3 at epoch 4, request r/3\n  log 3: value 2 by node-3 at epoch 4, request r/2\n"
+	if got := d.logOf(t.Context(), "k"); got != want {
+		t.Errorf("logOf = %q, want %q", got, want)
 	}
 }
