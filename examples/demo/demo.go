@@ -4,10 +4,12 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -32,7 +34,7 @@ type config struct {
 	nodes, partitions, writers, keys int
 	phase, pause, cut, timeout       time.Duration
 	dir, dsn, report                 string
-	keep, strictLeave                bool
+	keep, strictLeave, netns         bool
 }
 
 // demo is the cluster of child processes and the workload's counters.
@@ -50,7 +52,10 @@ type demo struct {
 	story story // the faults and settling windows, for the report
 
 	ops, acked, failed, staleSeen, reads, staleReads atomic.Int64
+	late                                             atomic.Int64 // reads and final values of late unknown writes (see unknown)
 	client                                           clientPath
+
+	net *nsNet // with -netns: the nodes' network namespaces; nil on loopback
 }
 
 // writer is one client: it alone writes its keys, each with increasing
@@ -94,11 +99,26 @@ func run(ctx context.Context, cfg config) (bool, error) {
 			defer os.RemoveAll(d.dir)
 		}
 	}
+	if cfg.netns {
+		names := make([]string, cfg.nodes)
+		for i := range names {
+			names[i] = nodeName(i)
+		}
+		if d.net, err = openNet(names, cfg.dsn); err != nil {
+			return false, err
+		}
+		defer func() { // after the nodes are killed
+			if err := d.net.close(); err != nil {
+				fmt.Fprintln(os.Stderr, "demo:", err)
+			}
+		}()
+		fmt.Printf("network namespaces: each node in its own, PostgreSQL through a relay at %s; cuts are nftables rules\n", d.net.relay.Addr())
+	}
 	defer d.killAll()
 
 	start := time.Now()
 	for i := range cfg.nodes {
-		if _, err := d.start(ctx, fmt.Sprintf("node-%d", i)); err != nil {
+		if _, err := d.start(ctx, nodeName(i)); err != nil {
 			return false, err
 		}
 	}
@@ -187,6 +207,10 @@ func run(ctx context.Context, cfg config) (bool, error) {
 		return false, err
 	}
 	cutFailover := time.Since(t0)
+	var cutErr error // with -netns: the cut seen from inside the namespaces
+	if d.net != nil {
+		cutErr = d.net.verifyCut(small, large)
+	}
 	d.story.settled("the majority side {2,3,4} took over", cutFailover, true)
 	d.wait(ctx, cfg.cut-cutFailover)
 	d.setPhase("network healed")
@@ -200,6 +224,11 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	}
 	d.story.settled("the cut healed, the tables merged", healed, false)
 	d.wait(ctx, cfg.phase)
+	if d.net != nil {
+		if err := d.lossy(ctx); err != nil {
+			return false, err
+		}
+	}
 
 	d.setPhase("graceful leave of node-2")
 	leaver := d.remove("node-2")
@@ -277,6 +306,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	fmt.Printf("figure: demo.lost_writes %d\n", lost)
 	fmt.Printf("figure: demo.stale_accepted %d\n", staleAccepted)
 	fmt.Printf("figure: demo.stale_reads %d\n", d.staleReads.Load())
+	fmt.Printf("figure: demo.late_unknown_writes %d\n", d.late.Load())
 	fmt.Printf("figure: demo.linearizable %v\n", linearizable)
 	fmt.Printf("figure: demo.paused_write_refused %v\n", heldRefused)
 	fmt.Printf("figure: demo.pause_takeover_seconds %.3f\n", takeover.Seconds())
@@ -292,10 +322,18 @@ func run(ctx context.Context, cfg config) (bool, error) {
 		{Name: "acknowledged writes lost", Value: fmt.Sprint(lost), OK: lost == 0},
 		{Name: "stale writes accepted (write log)", Value: fmt.Sprint(staleAccepted), OK: staleAccepted == 0},
 		{Name: "stale reads", Value: fmt.Sprint(d.staleReads.Load()), OK: d.staleReads.Load() == 0},
+		{Name: "writes whose call failed, applied after a later acknowledged write (linearizable; reads and final values)", Value: fmt.Sprint(d.late.Load()), OK: d.late.Load() == 0, Shown: true},
 		{Name: "history linearizable, key by key (porcupine)", Value: fmt.Sprintf("%v (%d calls)", verdict, len(history)), OK: linearizable},
 		{Name: "write log holds every acknowledged write", Value: fmt.Sprintf("%d rows, %d acknowledged", rows, d.acked.Load()), OK: d.acked.Load() > 0 && rows >= int(d.acked.Load())},
 		{Name: "stale writes rejected by the fences", Value: fmt.Sprint(staleRejected), OK: true},
 	}, client.checks(dups, d.cfg.strictLeave)...)
+	if d.net != nil {
+		verdict := "yes"
+		if cutErr != nil {
+			verdict = cutErr.Error()
+		}
+		checks = append(checks, check{Name: "the cut dropped the minority's database and gRPC traffic (-netns)", Value: verdict, OK: cutErr == nil})
+	}
 	report, err := d.writeReport(history, stale.times(), checks)
 	if err != nil {
 		return false, fmt.Errorf("report: %w", err)
@@ -389,11 +427,55 @@ func (d *demo) readOnce(ctx context.Context, w *writer, p *proc, i int, timeout 
 	d.reads.Add(1)
 	got, perr := strconv.ParseUint(string(resp.GetValue()), 10, 64)
 	d.record(w, i, false, got, start, true)
-	if !resp.GetFound() || perr != nil || got < floor || got > ceiling {
+	switch {
+	case resp.GetFound() && perr == nil && got < floor && d.unknown(w, i, got):
+		d.late.Add(1)
+		fmt.Printf("\nLATE WRITE: %s returned %d, a write whose call failed, applied after %d was acknowledged\n", d.key(w.id, i), got, floor)
+	case !resp.GetFound() || perr != nil || got < floor || got > ceiling:
 		d.staleReads.Add(1)
 		fmt.Printf("\nSTALE READ: %s returned %q (found %v), acknowledged %d, last sent %d\n",
 			d.key(w.id, i), resp.GetValue(), resp.GetFound(), floor, ceiling)
 	}
+}
+
+// unknown reports whether w sent value v to key i in a call that failed
+// (a timeout, say): the write may have been applied, at any time, even
+// after a later write of w's was acknowledged. Linearizability allows it
+// (the call never ended), and porcupine's check accepts it; so do the
+// stale-read and lost-write checks, which count it apart (late). On a real
+// network (-netns) it happens, likely so: a request held up by a cut or by
+// loss reaches the owner after the client gave up (gRPC sends its deadline
+// as a relative timeout, which starts again where the request arrives)
+// and is applied.
+func (d *demo) unknown(w *writer, i int, v uint64) bool {
+	key := w.id*d.cfg.keys + i
+	return slices.ContainsFunc(w.history, func(o op) bool { return o.put && o.key == key && o.value == v && o.end == unknownEnd })
+}
+
+// logOf returns the write log's records of key in commit order, a line
+// each, to show who applied a late write and when.
+func (d *demo) logOf(ctx context.Context, key string) string {
+	db, err := kvnode.OpenDB(d.sqlitePath(), d.cfg.dsn)
+	if err != nil {
+		return fmt.Sprintf("  (%v)\n", err)
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT id, owner, epoch, value, request_id FROM kv_log WHERE key = $1 ORDER BY id`, key)
+	if err != nil {
+		return fmt.Sprintf("  (%v)\n", err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var id, epoch int64
+		var owner, value string
+		var req sql.NullString
+		if err := rows.Scan(&id, &owner, &epoch, &value, &req); err != nil {
+			return b.String() + fmt.Sprintf("  (%v)\n", err)
+		}
+		fmt.Fprintf(&b, "  log %d: value %s by %s at epoch %d, request %s\n", id, value, owner, epoch, req.String)
+	}
+	return b.String()
 }
 
 // readBack reads every written key through the cluster and counts the keys
@@ -412,7 +494,12 @@ func (d *demo) readBack(ctx context.Context, writers []*writer) (lost, reads int
 			}
 			d.record(w, i, false, got, start, true)
 			reads++
-			if got < acked || got > w.next[i] {
+			switch {
+			case got < acked && d.unknown(w, i, got):
+				d.late.Add(1)
+				fmt.Printf("LATE WRITE: %s holds %d, a write whose call failed, applied after %d was acknowledged; its write log:\n%s",
+					d.key(w.id, i), got, acked, d.logOf(ctx, d.key(w.id, i)))
+			case got < acked || got > w.next[i]:
 				lost++
 				fmt.Printf("LOST: %s holds %d, last acknowledged %d, last sent %d\n", d.key(w.id, i), got, acked, w.next[i])
 			}
@@ -454,21 +541,33 @@ func (d *demo) verifyLog(ctx context.Context) (rows, violations int, err error) 
 
 func (d *demo) sqlitePath() string { return filepath.Join(d.dir, "kvstore.db") }
 
+// nodeName is the name of the i-th node.
+func nodeName(i int) string { return fmt.Sprintf("node-%d", i) }
+
 // start launches a node that joins the live ones.
 func (d *demo) start(ctx context.Context, name string) (*proc, error) {
+	host, dsn := "127.0.0.1", d.cfg.dsn
+	if d.net != nil {
+		host, dsn = d.net.host(name), d.net.dsn
+	}
 	args := []string{
-		"-gossip", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-status", "127.0.0.1:0",
+		"-gossip", host + ":0", "-grpc", host + ":0", "-status", host + ":0",
 		"-preset", "local", "-partitions", strconv.Itoa(d.cfg.partitions), "-fault-control",
 	}
-	if d.cfg.dsn != "" {
-		args = append(args, "-dsn", d.cfg.dsn)
+	if dsn != "" {
+		args = append(args, "-dsn", dsn)
 	} else {
 		args = append(args, "-data", d.sqlitePath())
 	}
 	if seeds := gossipAddrs(d.list()); len(seeds) > 0 {
 		args = append(args, "-seeds", strings.Join(seeds, ","))
 	}
-	p, err := spawn(ctx, d.self, name, filepath.Join(d.dir, name+".log"), args)
+	args = append([]string{nodeCommand, "-name", name}, args...)
+	cmd := exec.Command(d.self, args...)
+	if d.net != nil {
+		cmd = d.net.command(name, d.self, args...)
+	}
+	p, err := spawn(ctx, cmd, name, filepath.Join(d.dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
@@ -538,8 +637,12 @@ func (d *demo) split(n int) (small, large []*proc) {
 }
 
 // cut makes every node of a drop gossip with every node of b and the other
-// way round; cut(nil, all) heals.
+// way round; cut(nil, all) heals. With -netns it cuts the network itself
+// instead: gossip, gRPC and, for a, the database.
 func (d *demo) cut(a, b []*proc) error {
+	if d.net != nil {
+		return d.net.cut(a, b)
+	}
 	for _, p := range a {
 		if err := p.cut(gossipAddrs(b)); err != nil {
 			return err
@@ -550,6 +653,31 @@ func (d *demo) cut(a, b []*proc) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// lossyPhase names the fault lossy injects.
+const lossyPhase = "20% loss at node-4, one-way cut node-0 -> node-3"
+
+// lossy runs the workload for a phase with 20% of node-4's incoming
+// packets lost and node-0's packets to node-3 dropped (one way), then
+// heals and waits for the cluster to settle (-netns only).
+func (d *demo) lossy(ctx context.Context) error {
+	d.setPhase(lossyPhase)
+	if err := d.net.lossy("node-4", "node-0", "node-3"); err != nil {
+		return err
+	}
+	d.story.mark(lossyPhase)
+	d.wait(ctx, d.cfg.phase)
+	if err := d.net.cut(nil, nil); err != nil {
+		return err
+	}
+	healed, err := d.settle(ctx)
+	if err != nil {
+		return err
+	}
+	d.story.settled("settled after the loss and the one-way cut", healed, false)
+	d.wait(ctx, d.cfg.phase)
 	return nil
 }
 

@@ -37,6 +37,7 @@ func main() {
 	flag.StringVar(&cfg.report, "report", "", "where to write the report as a picture, an HTML file (default: a new file in the temporary directory)")
 	flag.BoolVar(&cfg.strictLeave, "strict-leave", false, "fail the run if a call failed or an outcome was left unknown during the graceful leave (L2); without it those rows are shown, not judged")
 	flag.StringVar(&cfg.dsn, "dsn", "", "PostgreSQL DSN: the nodes keep their data there instead of in a SQLite file")
+	flag.BoolVar(&cfg.netns, "netns", false, "run each node in a network namespace of its own (Linux, root, iproute2 and nftables; needs -dsn): the cut drops gossip, gRPC and the database's traffic in the kernel instead of inside the nodes")
 	flag.Parse()
 	if cfg.nodes < 5 {
 		log.Fatal("demo: -nodes must be at least 5")

@@ -38,14 +38,13 @@ type proc struct {
 	last kvnode.Stats // the node's counters (/kv/stats) at the last scrape
 }
 
-// spawn starts the demo's own executable as a kvstore node (see main) and
-// waits for its ready line. Its log goes to logPath.
-func spawn(ctx context.Context, self, name, logPath string, args []string) (*proc, error) {
+// spawn starts cmd, the demo's own executable as the kvstore node name
+// (see main), and waits for its ready line. Its log goes to logPath.
+func spawn(ctx context.Context, cmd *exec.Cmd, name, logPath string) (*proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, append([]string{nodeCommand, "-name", name}, args...)...)
 	cmd.Stderr = logf
 	cmd.SysProcAttr = childAttr()
 	out, err := cmd.StdoutPipe()

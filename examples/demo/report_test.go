@@ -144,16 +144,17 @@ func TestReportPicture(t *testing.T) {
 	}
 }
 
-// checkRunReport checks the report of a real run (TestDemoShort): one
-// marker per injected event, a settling window for each, and the held
+// checkRunReport checks the report of a real run (TestDemoShort): a
+// marker for each of events, the faults it injected, a settling window
+// for each, and the held
 // write's refusal marked after the paused node resumed.
-func checkRunReport(t *testing.T, path string) {
+func checkRunReport(t *testing.T, path string, events []string) {
 	t.Helper()
 	v := viewReport(t, path, "demo-report")
-	if !slices.Equal(v.Faults, demoEvents) {
-		t.Fatalf("the report marks %v, the demo injected %v", v.Faults, demoEvents)
+	if !slices.Equal(v.Faults, events) {
+		t.Fatalf("the report marks %v, the demo injected %v", v.Faults, events)
 	}
-	if len(v.Windows) != len(demoEvents) || v.Failovers != 3 {
+	if len(v.Windows) != len(events) || v.Failovers != 3 {
 		t.Errorf("settling windows %v (%d failovers)", v.Windows, v.Failovers)
 	}
 	var resumed float64

@@ -24,6 +24,11 @@
 //	go test -race -count=1 -run TestChaos -v ./internal/chaos/ -chaos.long          # minutes, more events
 //	go test -race -count=1 -run TestChaos -v ./internal/chaos/ -chaos.seed=12345    # replay a logged seed
 //
+// TestChaosNetSplit (Linux, root) runs the SIGSTOP run's cluster on a
+// real network instead: the child in a network namespace, the data in
+// PostgreSQL, and the child isolated, its gossip and its database cut
+// alike (internal/netns).
+//
 // TENURE_CHAOS_LONG=1 also selects the long run. Each run logs its seed
 // and prints figure lines (chaos.nemesis_events, chaos.operations,
 // chaos.stale_rejected, chaos.violations, and chaos.control_violations for

@@ -197,6 +197,29 @@ func openSQL(path string) (*sql.DB, error) {
 	return db, nil
 }
 
+// openPlaceSQL opens PostgreSQL at dsn, or the SQLite file at path if
+// dsn is empty.
+func openPlaceSQL(path, dsn string) (*sql.DB, error) {
+	if dsn == "" {
+		return openSQL(path)
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(8)
+	return db, nil
+}
+
+// newPlaceResource opens the resource on db, PostgreSQL (writes to the
+// partitions side by side) if dsn is set, else SQLite.
+func newPlaceResource(ctx context.Context, db *sql.DB, dsn string, create bool, h *History) (*sqlResource, error) {
+	if dsn == "" {
+		return newSQLResource(ctx, db, create, h, nil)
+	}
+	return newSQLResourceOn(ctx, db, sqlfence.Postgres(), sqlfence.Config{Concurrent: true}, create, h, nil)
+}
+
 // sqlSchema is the register and the log in dialect d. The log's ids are
 // in commit order per partition on both: SQLite has one writer, and on
 // PostgreSQL a write under an older token took its id before the fence

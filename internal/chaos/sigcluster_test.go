@@ -26,6 +26,7 @@ import (
 type sigCluster struct {
 	t     *testing.T
 	path  string
+	place sigPlace
 	res   *sqlResource
 	hist  *History
 	auth  *recAuthority
@@ -48,19 +49,35 @@ type sigCluster struct {
 // childName is the child's node name.
 const childName = "n2"
 
-// startSigCluster starts the cluster and its workload, and returns once
-// the child has made 20 writes. Everything it starts ends when the test
-// does.
+// sigPlace is where the cluster runs. The zero value is loopback and one
+// SQLite file; the netsplit run puts the child in a network namespace and
+// the data in PostgreSQL.
+type sigPlace struct {
+	bind, childBind string // gossip bind addresses: this process's nodes', the child's ("": loopback)
+	dsn, childDSN   string // PostgreSQL for this process and for the child ("": the SQLite file)
+	// command starts the child's program (nil: exec.Command).
+	command func(name string, args ...string) *exec.Cmd
+}
+
+// startSigCluster starts the cluster on loopback and one SQLite file.
 func startSigCluster(ctx context.Context, t *testing.T, seed uint64) *sigCluster {
 	t.Helper()
+	return startSigClusterAt(ctx, t, seed, sigPlace{})
+}
+
+// startSigClusterAt starts the cluster at place and its workload, and
+// returns once the child has made 20 writes. Everything it starts ends
+// when the test does.
+func startSigClusterAt(ctx context.Context, t *testing.T, seed uint64, place sigPlace) *sigCluster {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x5165))
-	s := &sigCluster{t: t, path: filepath.Join(t.TempDir(), "chaos.db"), hist: NewHistory(nil), stderr: &lockedBuffer{}}
-	db, err := openSQL(s.path)
+	s := &sigCluster{t: t, path: filepath.Join(t.TempDir(), "chaos.db"), hist: NewHistory(nil), stderr: &lockedBuffer{}, place: place}
+	db, err := openPlaceSQL(s.path, place.dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	if s.res, err = newSQLResource(ctx, db, true, s.hist, nil); err != nil {
+	if s.res, err = newPlaceResource(ctx, db, place.dsn, true, s.hist); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.res.close)
@@ -71,6 +88,9 @@ func startSigCluster(ctx context.Context, t *testing.T, seed uint64) *sigCluster
 			seeds = []string{s.nodes[0].GossipAddr()}
 		}
 		cfg := sigConfig(fmt.Sprintf("n%d", i), s.res, s.auth, seeds, rand.New(rand.NewPCG(rng.Uint64(), uint64(time.Now().UnixNano()))))
+		if place.bind != "" {
+			cfg.BindAddr = place.bind
+		}
 		c, err := coordinator.New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -102,8 +122,13 @@ func startSigCluster(ctx context.Context, t *testing.T, seed uint64) *sigCluster
 // startChild starts the child node's process and waits until it is ready.
 func (s *sigCluster) startChild(ctx context.Context) {
 	t := s.t
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", childDBEnv+"="+s.path, childSeedEnv+"="+s.nodes[0].GossipAddr(), childNameEnv+"="+childName)
+	command := exec.Command
+	if s.place.command != nil {
+		command = s.place.command
+	}
+	cmd := command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", childDBEnv+"="+s.path, childSeedEnv+"="+s.nodes[0].GossipAddr(), childNameEnv+"="+childName,
+		childDSNEnv+"="+s.place.childDSN, childBindEnv+"="+s.place.childBind)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stderr = s.stderr
 	var err error

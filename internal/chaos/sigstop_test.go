@@ -31,6 +31,8 @@ const (
 	childDBEnv    = "TENURE_CHAOS_DB"
 	childSeedEnv  = "TENURE_CHAOS_SEEDS"
 	childNameEnv  = "TENURE_CHAOS_NAME"
+	childDSNEnv   = "TENURE_CHAOS_DSN"  // PostgreSQL instead of the SQLite file
+	childBindEnv  = "TENURE_CHAOS_BIND" // the gossip bind address, if not loopback
 	sigPartitions = 16
 )
 
@@ -55,20 +57,24 @@ func childMain() int {
 		fmt.Fprintln(os.Stderr, "chaos child:", err)
 		return 1
 	}
-	db, err := openSQL(os.Getenv(childDBEnv))
+	db, err := openPlaceSQL(os.Getenv(childDBEnv), os.Getenv(childDSNEnv))
 	if err != nil {
 		return fail(err)
 	}
 	defer db.Close()
 	h := NewHistory(func(r Record) { emit(childLine{Rec: &r}) })
-	res, err := newSQLResource(ctx, db, false, h, nil)
+	res, err := newPlaceResource(ctx, db, os.Getenv(childDSNEnv), false, h)
 	if err != nil {
 		return fail(err)
 	}
 	defer res.close()
 	auth := &recAuthority{a: res.f.Authority(), hist: h, sink: func(c claimRec) { emit(childLine{Claim: &c}) }}
 	name := os.Getenv(childNameEnv)
-	c, err := coordinator.New(sigConfig(name, res, auth, []string{os.Getenv(childSeedEnv)}, nil))
+	cfg := sigConfig(name, res, auth, []string{os.Getenv(childSeedEnv)}, nil)
+	if bind := os.Getenv(childBindEnv); bind != "" {
+		cfg.BindAddr = bind
+	}
+	c, err := coordinator.New(cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -170,15 +176,7 @@ func runSIGSTOP(t *testing.T, seed uint64) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	s := startSigCluster(ctx, t, seed)
-	var owned []uint32
-	for p := range uint32(sigPartitions) {
-		if m, err := s.res.mark(ctx, p); err == nil && m.Owner == childName {
-			owned = append(owned, p)
-		}
-	}
-	if len(owned) == 0 {
-		t.Fatal("the child owns no partition")
-	}
+	owned := s.childOwned(ctx)
 	// Stop it past its lease, until every partition it held is fenced by
 	// another node; at a moment it holds no SQLite write lock, which would
 	// stop every writer of the file, the new owners' fences included.
@@ -186,14 +184,7 @@ func runSIGSTOP(t *testing.T, seed uint64) result {
 		t.Fatalf("stop the child: %v", err)
 	}
 	stopped := time.Now()
-	taken := waitFor(ctx, 30*time.Second, func() bool {
-		for _, p := range owned {
-			if m, err := s.res.mark(ctx, p); err != nil || m.Owner == childName {
-				return false
-			}
-		}
-		return true
-	})
+	taken := s.takenOver(ctx, owned)
 	if err := syscall.Kill(s.pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +198,34 @@ func runSIGSTOP(t *testing.T, seed uint64) result {
 		t.Errorf("the child's late writes were never rejected (it made %d writes)", s.childStats(OK))
 	}
 	return s.finish(ctx, "sigstop", 1)
+}
+
+// childOwned returns the partitions whose fence mark the child holds; it
+// fails the test if there are none.
+func (s *sigCluster) childOwned(ctx context.Context) []uint32 {
+	var owned []uint32
+	for p := range uint32(sigPartitions) {
+		if m, err := s.res.mark(ctx, p); err == nil && m.Owner == childName {
+			owned = append(owned, p)
+		}
+	}
+	if len(owned) == 0 {
+		s.t.Fatal("the child owns no partition")
+	}
+	return owned
+}
+
+// takenOver waits up to 30 s until another node has fenced every one of
+// owned, and reports whether one has.
+func (s *sigCluster) takenOver(ctx context.Context, owned []uint32) bool {
+	return waitFor(ctx, 30*time.Second, func() bool {
+		for _, p := range owned {
+			if m, err := s.res.mark(ctx, p); err != nil || m.Owner == childName {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // sigDiagnosis describes, for a failed takeover, what each in-process node

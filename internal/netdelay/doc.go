@@ -1,5 +1,6 @@
-// Package netdelay is a TCP proxy on loopback that delays every byte by a
-// fixed time in each direction, so that a benchmark against a local server
+// Package netdelay is a TCP proxy on loopback (or on a listener of a test's
+// own network namespace, Serve) that delays every byte by a fixed time in
+// each direction, so that a benchmark against a local server
 // can also be run as it would be across a network: the kernel here has no
 // netem, and a test must talk to loopback only.
 //

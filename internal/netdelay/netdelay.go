@@ -26,23 +26,42 @@ type Proxy struct {
 // host:port) with delay added to each direction: a round trip through the
 // proxy takes 2*delay more than without it.
 func Start(target string, delay time.Duration) (*Proxy, error) {
-	if delay < 0 {
-		return nil, fmt.Errorf("netdelay: negative delay %v", delay)
-	}
-	host, _, err := net.SplitHostPort(target)
-	if err != nil {
-		return nil, fmt.Errorf("netdelay: target %q: %w", target, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("netdelay: target %q is not a loopback address", target)
+	if err := check(target, delay); err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("netdelay: listen: %w", err)
 	}
+	return Serve(ln, target, delay)
+}
+
+// Serve is Start on a listener of the caller's: one in a test's network
+// namespace, say (internal/netns), which the caller made and so knows
+// to be the test's own. The proxy closes ln.
+func Serve(ln net.Listener, target string, delay time.Duration) (*Proxy, error) {
+	if err := check(target, delay); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	p := &Proxy{ln: ln, target: target, delay: delay, conns: map[net.Conn]struct{}{}}
 	p.wg.Go(p.accept)
 	return p, nil
+}
+
+// check refuses a negative delay and a target off loopback.
+func check(target string, delay time.Duration) error {
+	if delay < 0 {
+		return fmt.Errorf("netdelay: negative delay %v", delay)
+	}
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		return fmt.Errorf("netdelay: target %q: %w", target, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("netdelay: target %q is not a loopback address", target)
+	}
+	return nil
 }
 
 // Addr is the proxy's host:port, to dial instead of the target.

@@ -2,6 +2,7 @@ package netdelay
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -136,5 +137,21 @@ func TestStartRefusesOtherHosts(t *testing.T) {
 	}
 	if _, err := Start("127.0.0.1:1", -time.Second); err == nil {
 		t.Error("a negative delay was accepted")
+	}
+}
+
+// Serve checks its target as Start does, and closes the caller's listener
+// when it refuses one.
+func TestServeRefusesOtherHostsAndClosesTheListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := Serve(ln, "10.0.0.1:5432", 0); err == nil {
+		p.Close()
+		t.Fatal("Serve accepted a target off loopback")
+	}
+	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("the refused listener was not closed: Accept said %v", err)
 	}
 }
