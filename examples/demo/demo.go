@@ -25,6 +25,7 @@ import (
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
 	"github.com/tenure-go/tenure/internal/sigstop"
+	"github.com/tenure-go/tenure/ring"
 	"github.com/tenure-go/tenure/transport"
 )
 
@@ -270,7 +271,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	fmt.Printf("        settled after: pause %.2fs, crash %.2fs, restart %.2fs, cut (majority side) %.2fs, heal %.2fs, leave %.2fs\n",
 		resumed.Seconds(), failover.Seconds(), rejoin.Seconds(), cutFailover.Seconds(), healed.Seconds(), handoff.Seconds())
 	client := d.client.figures()
-	client.print(takeover, dups)
+	client.print(takeover, dups, func(k string) uint32 { return ring.PartitionString(k, cfg.partitions) })
 	fmt.Printf("figure: demo.operations %d\n", d.ops.Load())
 	fmt.Printf("figure: demo.acked_writes %d\n", d.acked.Load())
 	fmt.Printf("figure: demo.stale_rejected %d\n", staleRejected)
@@ -353,7 +354,7 @@ func (d *demo) write(ctx context.Context, w *writer, r *rand.Rand) {
 		_, err := p.kv.Put(cctx, &kvpb.PutRequest{Key: d.key(w.id, i), Value: []byte(strconv.FormatUint(v, 10))})
 		cancel()
 		if ctx.Err() == nil { // not cut short by the end of the run
-			d.client.add(p.name, began, err)
+			d.client.add(p.name, d.key(w.id, i), began, err)
 		}
 		d.ops.Add(1)
 		d.record(w, i, true, v, start, err == nil)

@@ -33,7 +33,7 @@ func TestDemoShort(t *testing.T) {
 	cfg := config{
 		nodes: 5, partitions: 32, writers: 8, keys: 32,
 		phase: 300 * time.Millisecond, pause: 4 * time.Second, cut: 4 * time.Second, timeout: 6 * time.Second,
-		dir: t.TempDir(), report: filepath.Join(t.ArtifactDir(), "demo-report.html"),
+		dir: t.TempDir(), report: filepath.Join(t.ArtifactDir(), "demo-report.html"), strictLeave: true,
 	}
 	ok, err := run(ctx, cfg)
 	if err != nil {

@@ -35,7 +35,7 @@ func main() {
 	flag.StringVar(&cfg.dir, "dir", "", "directory for the SQLite file and node logs (default: a new temporary directory, removed at the end unless -keep)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the directory with the database and node logs")
 	flag.StringVar(&cfg.report, "report", "", "where to write the report as a picture, an HTML file (default: a new file in the temporary directory)")
-	flag.BoolVar(&cfg.strictLeave, "strict-leave", false, "fail the run if a call failed or an outcome was left unknown during the graceful leave (L2); without it those rows are shown, not judged")
+	flag.BoolVar(&cfg.strictLeave, "strict-leave", true, "fail the run if a call failed or an outcome was left unknown during the graceful leave (L2); -strict-leave=false shows those rows without judging them")
 	flag.StringVar(&cfg.dsn, "dsn", "", "PostgreSQL DSN: the nodes keep their data there instead of in a SQLite file")
 	flag.Parse()
 	if cfg.nodes < 5 {
