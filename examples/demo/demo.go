@@ -24,6 +24,7 @@ import (
 
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
+	"github.com/tenure-go/tenure/internal/pressure"
 	"github.com/tenure-go/tenure/internal/sigstop"
 	"github.com/tenure-go/tenure/ring"
 	"github.com/tenure-go/tenure/transport"
@@ -33,7 +34,7 @@ type config struct {
 	nodes, partitions, writers, keys int
 	phase, pause, cut, timeout       time.Duration
 	dir, dsn, report                 string
-	keep, strictLeave                bool
+	keep, strictLeave, pressure      bool
 }
 
 // demo is the cluster of child processes and the workload's counters.
@@ -112,6 +113,14 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	if cfg.dsn == "" {
 		fmt.Printf("data and node logs: %s\n", d.dir)
 	}
+
+	// CPU pressure (-pressure): the phases below run on a busy machine,
+	// marked in the report from here to the end of the workload.
+	stopPressure, err := d.startPressure()
+	if err != nil {
+		return false, err
+	}
+	defer stopPressure()
 
 	// The workload.
 	wctx, stopWriters := context.WithCancel(ctx)
@@ -222,6 +231,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	stopWriters()
 	wg.Wait()
 	stopProgress()
+	stopPressure()
 
 	lost, reads, err := d.readBack(ctx, writers)
 	if err != nil {
@@ -767,4 +777,32 @@ func (d *demo) stop(ctx context.Context, p *proc) error {
 		return p.signal(syscall.SIGSTOP)
 	}
 	return sigstop.StopUnlocked(ctx, p.cmd.Process.Pid, d.sqlitePath())
+}
+
+// busyLoopsPerCore is -pressure's load: two busy loops per core, issue 20's
+// busy machine.
+const busyLoopsPerCore = 2
+
+// startPressure starts -pressure's busy loops, each ending by itself after
+// pressure.MaxDuration at the latest (a default run takes under a minute),
+// marks their start in the report and returns the function that
+// stops them and marks their end (idempotent); without -pressure it does
+// nothing.
+func (d *demo) startPressure() (stop func(), err error) {
+	if !d.cfg.pressure {
+		return func() {}, nil
+	}
+	load, err := pressure.Busy(busyLoopsPerCore, pressure.MaxDuration)
+	if err != nil {
+		return nil, fmt.Errorf("-pressure: %w", err)
+	}
+	d.story.mark(fmt.Sprintf("pressure on: %d busy loops", load.Loops()))
+	fmt.Printf("CPU pressure: %d busy loops (%d per core) run beside every phase\n", load.Loops(), busyLoopsPerCore)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			load.Stop()
+			d.story.mark("pressure off")
+		})
+	}, nil
 }

@@ -36,6 +36,7 @@ func main() {
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the directory with the database and node logs")
 	flag.StringVar(&cfg.report, "report", "", "where to write the report as a picture, an HTML file (default: a new file in the temporary directory)")
 	flag.BoolVar(&cfg.strictLeave, "strict-leave", true, "fail the run if a call failed or an outcome was left unknown during the graceful leave (L2); -strict-leave=false shows those rows without judging them")
+	flag.BoolVar(&cfg.pressure, "pressure", false, "run every phase on a busy machine: two busy loops per core (internal/pressure) from before the workload starts until it stops; the report marks the span")
 	flag.StringVar(&cfg.dsn, "dsn", "", "PostgreSQL DSN: the nodes keep their data there instead of in a SQLite file")
 	flag.Parse()
 	if cfg.nodes < 5 {
