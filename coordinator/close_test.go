@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -104,7 +105,7 @@ func drainingLeaver(ctx context.Context, t *testing.T, prefix string) (*testNode
 // ReleaseTimeout far away), Close makes Leave return ErrClosed.
 func TestLeaveReturnsWhenCloseRunsDuringTheHandoff(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	leaver, draining := drainingLeaver(ctx, t, "v")
 	left := make(chan error, 1)
@@ -155,7 +156,7 @@ func crashedPeerAddr(ctx context.Context, t *testing.T, tweak func(*Config)) (*t
 // closes at once, however long its TCPTimeout.
 func TestCloseDoesNotWaitForAPeerThatNeverAnswers(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, addr := crashedPeerAddr(ctx, t, func(c *Config) {
 		ml := *c.Memberlist
@@ -215,7 +216,7 @@ func waitMemberLeft(ctx context.Context, t *testing.T, events <-chan Event, name
 // forgotten: the dials to its address stop.
 func TestKnownMembersForgottenAfterReconnectTimeout(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, addr := crashedPeerAddr(ctx, t, func(c *Config) { c.ReconnectTimeout = 3 * time.Second })
 	hole := newBlackHole(t, addr, false)

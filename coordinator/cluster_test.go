@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -86,7 +87,7 @@ func newTestCluster(t *testing.T, tweak func(*Config)) *testCluster {
 	tc := &testCluster{t: t, fence: f, nodes: map[string]*testNode{}, tweak: tweak, logs: newRecentLogs(300)}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("machine: %s", machineLoad())
+			t.Logf("machine: %s", slowtest.Describe())
 			t.Logf("the cluster's last %d log records at Info and above:\n%s", tc.logs.max, tc.logs.dump())
 		}
 		for _, n := range tc.all() {
@@ -181,6 +182,7 @@ func (tc *testCluster) waitConverged(ctx context.Context) {
 // a partition).
 func (tc *testCluster) waitConvergedAmong(ctx context.Context, nodes []*testNode) {
 	tc.t.Helper()
+	lag := slowtest.Lag{Interval: 10 * time.Millisecond}
 	for {
 		err := tc.checkConverged(nodes)
 		if err == nil {
@@ -188,8 +190,9 @@ func (tc *testCluster) waitConvergedAmong(ctx context.Context, nodes []*testNode
 		}
 		select {
 		case <-ctx.Done():
-			tc.t.Fatalf("cluster did not converge: %v", err)
-		case <-time.After(10 * time.Millisecond):
+			tc.t.Fatal(slowtest.TimedOut(fmt.Sprintf("the cluster to converge (%v)", err), ctx.Err(), &lag))
+		case now := <-time.After(lag.Interval):
+			lag.Tick(now)
 		}
 	}
 }
@@ -284,7 +287,7 @@ func (w *writer) run(ctx context.Context, seed uint64) {
 }
 
 func TestClusterJoinConverges(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.startNodes(ctx, "n", 3)
@@ -331,7 +334,7 @@ func TestClusterJoinConverges(t *testing.T) {
 }
 
 func TestClusterGracefulLeaveHasNoRejectedWrites(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.startNodes(ctx, "n", 4)
@@ -375,7 +378,7 @@ func gracefulLeave(ctx context.Context, t *testing.T, tc *testCluster, name stri
 }
 
 func TestClusterCrashFailover(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.startNodes(ctx, "n", 3)
@@ -398,7 +401,7 @@ func TestClusterCrashFailover(t *testing.T) {
 }
 
 func TestClusterRestartWithNewIncarnation(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.startNodes(ctx, "n", 3)
@@ -420,7 +423,7 @@ func TestClusterRestartWithNewIncarnation(t *testing.T) {
 }
 
 func TestOtherClusterRefused(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.start(ctx, "a0")
@@ -448,7 +451,7 @@ func TestOtherClusterRefused(t *testing.T) {
 }
 
 func TestWrongGossipKeyRefused(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key1 := []byte("0123456789abcdef")
 	key2 := []byte("fedcba9876543210")
@@ -497,11 +500,13 @@ func TestWrongGossipKeyRefused(t *testing.T) {
 // waitFor is tenuretest.WaitFor, which imports coordinator: these in-package tests can't import it (an import cycle).
 func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	lag := slowtest.Lag{Interval: 5 * time.Millisecond}
 	for !cond() {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(5 * time.Millisecond):
+			t.Fatal(slowtest.TimedOut(what, ctx.Err(), &lag))
+		case now := <-time.After(lag.Interval):
+			lag.Tick(now)
 		}
 	}
 }
@@ -511,7 +516,7 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 // later joiners and drop the node that left, or the survivors (3 of 5)
 // would think themselves a minority and give everything up.
 func TestClusterLeaveSoonAfterCrash(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.startNodes(ctx, "n", 5)

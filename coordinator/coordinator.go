@@ -587,15 +587,17 @@ func (c *Coordinator) handOff(ctx context.Context) error {
 	// it may not claim. Hand them to the new owners directly.
 	pushed := c.pushToSuccessors()
 	defer pushed.Wait()
+	// The deadline is the Clock's, as every other timeout of the
+	// coordinator, checked at each tick.
 	tick, stop := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
 	defer stop()
-	deadline := time.NewTimer(c.cfg.HandoffTimeout)
-	defer deadline.Stop()
+	deadline := c.cfg.Clock.Now().Add(c.cfg.HandoffTimeout)
 	for !c.handedOff() || c.bq.NumQueued() > 0 && c.numMembers() > 1 {
+		if !c.cfg.Clock.Now().Before(deadline) {
+			return nil
+		}
 		select {
 		case <-tick:
-		case <-deadline.C:
-			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-c.ctx.Done():

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure/internal/slowtest"
 )
 
 // TestFigures prints the coordinator's figures on the local preset, and
@@ -12,7 +14,7 @@ import (
 //
 //	go test ./coordinator -run TestFigures -v
 func TestFigures(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 

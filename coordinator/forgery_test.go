@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ring"
 )
@@ -185,7 +186,7 @@ func ownerOf(t *testing.T, tc *testCluster, p uint32) (*testNode, *ownership.Lea
 // epochs.
 func TestForgedGossipCannotMakeAPartitionUnclaimable(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.startNodes(ctx, "g", 3)
@@ -257,7 +258,7 @@ func TestForgedGossipCannotMakeAPartitionUnclaimable(t *testing.T) {
 // false and the lease stays live).
 func TestKeyedClusterRefusesUnauthenticatedInput(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	keys, err := ownership.NewKeyring(ownership.Key("tenure test token key, 32 bytes"))
 	if err != nil {
@@ -362,7 +363,7 @@ func forgedMeta(t *testing.T, name string, id ownership.StableID, leaving bool, 
 // node crashes: the survivors must still re-own its partitions.
 func TestForgedMetadataCannotHaltAKeyedCluster(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	keys := metaKeys(t, "tenure test token key, 32 bytes")
 	other := metaKeys(t, "another cluster's token key....")
@@ -430,7 +431,7 @@ func TestForgedStableMembershipCannotHaltTheCluster(t *testing.T) {
 	for _, keyed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unkeyed", true: "keyed"}[keyed], func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+			ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 			defer cancel()
 			var keys *ownership.Keyring
 			if keyed {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ring"
 )
@@ -39,7 +40,7 @@ func fuzzNodes(tb testing.TB) (plain, keyed *Coordinator) {
 			tb.Fatal(err)
 		}
 		tb.Cleanup(func() { c.Close() })
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := slowtest.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := c.Start(ctx); err != nil {
 			tb.Fatal(err)
@@ -54,7 +55,7 @@ func fuzzNodes(tb testing.TB) (plain, keyed *Coordinator) {
 // the loop has processed the batch before it.
 func loopAlive(t *testing.T, c *Coordinator) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for range 2 {
 		c.inbox.push(heard{})

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure/internal/slowtest"
 )
 
 // Review of issue 19: Leave says its goodbye (pushMeta, which waits until
@@ -15,7 +17,7 @@ import (
 // make Leave return, not crash the process.
 func TestCloseDuringTheGoodbyeDoesNotPanic(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.startNodes(ctx, "gb", 2)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -146,7 +147,7 @@ func waitReleased(ctx context.Context, t *testing.T, h *callLog, tok ownership.T
 // acquired has been released exactly once.
 func TestLostLeasesCallReleaseOnce(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc, fn, handler := callLogCluster(t, true, nil)
 	tc.startNodes(ctx, "h", 3)
@@ -224,7 +225,7 @@ func TestLostLeasesCallReleaseOnce(t *testing.T) {
 // epoch.
 func TestResignAndLeaseEndGiveTheLeaseBack(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc, _, handler := callLogCluster(t, false, nil)
 	tc.startNodes(ctx, "e", 2)
@@ -296,7 +297,7 @@ func TestResignAndLeaseEndGiveTheLeaseBack(t *testing.T) {
 // partition is owned again.
 func TestReleaseOverrunEndsTheLease(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	unblock := make(chan struct{})
 	defer close(unblock)
@@ -348,7 +349,7 @@ func TestReleaseOverrunEndsTheLease(t *testing.T) {
 // it (S2), and Acquire runs with the resource fenced.
 func TestLeaseServedOnlyAfterFenceAndAcquire(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	f, err := ownership.NewMemoryFence(2)
 	if err != nil {
@@ -433,7 +434,7 @@ func (g *gatedFence) Fence(ctx context.Context, t ownership.Token) (ownership.To
 // once that Acquire returns: the handler took it, so it hears of its end.
 func TestLeaseLostDuringAcquireIsReleased(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	f, err := ownership.NewMemoryFence(1)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tenure-go/tenure/internal/leakcheck"
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -18,7 +19,7 @@ import (
 // left. Not parallel: it counts
 // every goroutine of the process.
 func stopFromHandler(t *testing.T, name string, inRelease bool, stop func(context.Context, *Coordinator) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 	defer cancel()
 	var c *Coordinator
 	ready := make(chan struct{})

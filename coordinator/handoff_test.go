@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -21,7 +22,7 @@ import (
 // peer for dead, and a drain can be cut short that way: that is issue 20's
 // self-awareness work, kept out of this test by its configuration.
 func TestLeaveWaitsForADrainWithinReleaseTimeout(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const drain = 4 * time.Second // more than the local preset's HandoffTimeout
 	tc := newTestCluster(t, func(c *Config) {

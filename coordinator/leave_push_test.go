@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure/internal/slowtest"
 )
 
 // Issue 20: under load a leaving node's gossip reached the new owners late
@@ -15,7 +17,7 @@ import (
 // partition off before its Leave returns. Before the push, its successors
 // never heard of the leave: the handoff waited HandoffTimeout in vain.
 func TestLeaveHandsOffWithoutItsGossip(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tc, fn := faultCluster(t, func(c *Config) {
 		ml := *c.Memberlist

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure/internal/slowtest"
 )
 
 // memberNames returns the names of the members n sees, sorted.
@@ -30,7 +32,7 @@ func memberNames(n *testNode) []string {
 // quorum and shrank to {v3,v4}: both sides counted a quorum. Now the far
 // side counts a crash and holds no quorum for as long as the split lasts.
 func TestLeaveDuringSplitGivesOnlyOneSideAQuorum(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	tc, fn := faultCluster(t, func(c *Config) {
 		c.StableAfter = 5 * time.Minute // no promotion during the test

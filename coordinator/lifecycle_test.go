@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -110,7 +111,7 @@ func result(ctx context.Context, t *testing.T, ch <-chan error, what string) err
 // stream is open.
 func TestCloseDuringStart(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*lifeDeadline)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 4*lifeDeadline)
 	defer cancel()
 	hole := newBlackHole(t, "127.0.0.1:0", true)
 	for i := range 30 {
@@ -158,7 +159,7 @@ func TestCloseDuringStart(t *testing.T) {
 // coordinator is closed (gossip stopped).
 func TestStartReturnsWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 	defer cancel()
 	hole := newBlackHole(t, "127.0.0.1:0", true)
 	cfg, host, port := holeSeeded(t, "sctx", hole)
@@ -281,7 +282,7 @@ func TestShutdownEndsDialsInProgress(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+			ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 			defer cancel()
 			addr, hung := tt.peer(ctx, t)
 			cfg := lifeConfig("dial-" + tt.name)
@@ -319,7 +320,7 @@ func TestLifecycleMisuse(t *testing.T) {
 	t.Parallel()
 	t.Run("close before start", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 		defer cancel()
 		c := newLone(t, "m-cbs")
 		if err := c.Close(); err != nil {
@@ -356,7 +357,7 @@ func TestLifecycleMisuse(t *testing.T) {
 	})
 	t.Run("wait during start", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 		defer cancel()
 		hole := newBlackHole(t, "127.0.0.1:0", true)
 		cfg, _, _ := holeSeeded(t, "m-wds", hole)
@@ -384,7 +385,7 @@ func TestLifecycleMisuse(t *testing.T) {
 	})
 	t.Run("start twice", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 		defer cancel()
 		c := newLone(t, "m-st")
 		errs := make(chan error, 2)
@@ -408,7 +409,7 @@ func TestLifecycleMisuse(t *testing.T) {
 	})
 	t.Run("close twice at once", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 		defer cancel()
 		host, port := freeAddr(t)
 		cfg := lifeConfig("m-ct")
@@ -436,7 +437,7 @@ func TestLifecycleMisuse(t *testing.T) {
 	})
 	t.Run("leave after close", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 		defer cancel()
 		c := newLone(t, "m-lac")
 		if err := c.Start(ctx); err != nil {
@@ -475,7 +476,7 @@ func TestLifecycleMisuse(t *testing.T) {
 	})
 	t.Run("leave before start", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 		defer cancel()
 		c := newLone(t, "m-lbs")
 		if err := c.Leave(ctx); !errors.Is(err, ErrNotStarted) {
@@ -500,7 +501,7 @@ func TestLifecycleMisuse(t *testing.T) {
 	})
 	t.Run("leave with its context ended", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+		ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 		defer cancel()
 		c := newLone(t, "m-lce")
 		if err := c.Start(ctx); err != nil {
@@ -523,7 +524,7 @@ func TestLifecycleMisuse(t *testing.T) {
 // and Close is done when Leave returns.
 func TestLeaveReturnsWhenItsContextEndsDuringTheHandoff(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	leaver, draining := drainingLeaver(ctx, t, "x")
 	lctx, lcancel := context.WithCancel(ctx)
@@ -551,7 +552,7 @@ func TestLeaveReturnsWhenItsContextEndsDuringTheHandoff(t *testing.T) {
 // the coordinator is closed with its gossip stopped (Start's doc).
 func TestStartWhoseJoinFails(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 	defer cancel()
 	hole := newBlackHole(t, "127.0.0.1:0", false)
 	cfg, host, port := holeSeeded(t, "sfail", hole)
@@ -587,7 +588,7 @@ func TestStartWhoseJoinFails(t *testing.T) {
 // once the seed listens; the two then form one cluster.
 func TestStartWaitsForALateSeed(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 	defer cancel()
 	host, port := freeAddr(t) // the seed's address, reserved: nothing listens yet
 	logs := newLogCapture()
@@ -653,7 +654,7 @@ func handlingStreams() int {
 // it accepted). Not parallel: it counts every node's handlers, and
 // parallel tests wait until the sequential ones are done.
 func TestShutdownEndsAcceptedStreams(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 	defer cancel()
 	waitFor(ctx, t, "earlier tests' stream handlers to end", func() bool { return handlingStreams() == 0 })
 	cfg := lifeConfig("accepted")
@@ -675,7 +676,7 @@ func TestShutdownEndsAcceptedStreams(t *testing.T) {
 // Start must wait on, and return ctx's error, without a panic.
 func TestStartRetriesWithANanosecondInterval(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), lifeDeadline)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 	defer cancel()
 	host, port := freeAddr(t) // nothing listens
 	cfg := lifeConfig("nano")

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure/internal/slowtest"
 )
 
 // logRecord is one captured log line: its level, message and attributes
@@ -89,7 +89,7 @@ func atLeast(l slog.Level) func(logRecord) bool {
 // closes logs nothing at WARN or above.
 func TestNormalStartLogsNoWarnings(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	logs := newLogCapture()
 	tc := newTestCluster(t, func(c *Config) { c.Logger = slog.New(logs) })
@@ -163,13 +163,4 @@ func (h *recentLogs) dump() string {
 		recs = recs[len(recs)-h.max:]
 	}
 	return strings.Join(recs, "\n")
-}
-
-// machineLoad says how busy the machine was: its load average and CPUs.
-func machineLoad() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return fmt.Sprintf("load unknown (%v), %d CPUs", err, runtime.NumCPU())
-	}
-	return fmt.Sprintf("load average %s, %d CPUs", strings.TrimSpace(string(b)), runtime.NumCPU())
 }

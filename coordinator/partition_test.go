@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/internal/slowtest"
 )
 
 // faultCluster is a testCluster whose gossip runs over a faultnet.Network.
@@ -40,7 +41,7 @@ func names(nodes []*testNode) []string {
 // sides merge through the periodic rejoin, and every partition ends with
 // exactly one owner without a fencing duel.
 func TestPartitionMinorityStepsDownAndHealMerges(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tc, fn := faultCluster(t, nil)
 	tc.startNodes(ctx, "p", 5)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -93,7 +94,7 @@ func TestMergeRemoteStateRefusesBroadcastKinds(t *testing.T) {
 	for _, keyed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unkeyed", true: "keyed"}[keyed], func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			c, keys := ownerOfP3(ctx, t, keyed, "pp")
 			before := c.reg.GetClaim(3)
@@ -125,7 +126,7 @@ func TestPushPullOfBroadcastKindsOverTCP(t *testing.T) {
 	for _, keyed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unkeyed", true: "keyed"}[keyed], func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			c, keys := ownerOfP3(ctx, t, keyed, "tcp")
 			lease, _ := c.LeaseOfPartition(3)

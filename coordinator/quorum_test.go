@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -27,7 +28,7 @@ func noQuorumWarnings(logs *logCapture, node string) []logRecord {
 // says it has a quorum of the stable membership {itself}.
 func TestCrashThenLeaveLastNodeKeepsQuorum(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	logs := newLogCapture()
 	// A crash needs no grace here: the node is gone.
@@ -60,7 +61,7 @@ func TestCrashThenLeaveLastNodeKeepsQuorum(t *testing.T) {
 // three.
 func TestNoQuorumWarnsOnceAndStatusSaysWhy(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	logs := newLogCapture()
 	tc := newTestCluster(t, func(c *Config) { c.Logger = slog.New(logs) })

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -27,7 +28,7 @@ import (
 // partitions either (it is alive in every view), so they stayed unowned.
 func TestPartialConnectivityKeepsQuorum(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	tc, fn := faultCluster(t, nil)
 	tc.startNodes(ctx, "r", 5)
@@ -69,7 +70,7 @@ func TestPartialConnectivityKeepsQuorum(t *testing.T) {
 // deaf one never answers a ping. Every partition stayed unowned.
 func TestUDPDeafMemberThenACrash(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	fn := faultnet.New(faultnet.WithSeed(2))
 	var deafened *deafTransport

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -25,7 +26,7 @@ import (
 //
 //	go test ./coordinator -run TestScale50x271Converges -v  (no -race)
 func TestScale50x271Converges(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	r := scale50Run(ctx, t, 50, 271)
 	leave := scaleLeave(ctx, t, r.nodes, r.fence, "s7")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -160,7 +161,7 @@ func (a trafficTotal) bytes() uint64 { return a.streamBytes + a.packetBytes }
 // node and measures what its join cost above that idle rate. It prints
 // the figures under scale.<n>x<partitions>.
 func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), limit)
 	defer cancel()
 	sc := newScaleCluster(t, partitions)
 	name := fmt.Sprintf("scale.%dx%d", n, partitions)
@@ -254,7 +255,7 @@ func TestScale(t *testing.T) {
 // the join moves (the joiner's claim and the release it hears and relays)
 // and a few for stable memberships and retries.
 func TestJoinerDoesNotRelayTheRegister(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const partitions = 271
 	sc := newScaleCluster(t, partitions)

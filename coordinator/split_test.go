@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -89,7 +90,7 @@ func watchQuiet(ctx context.Context, log *fenceLog, quiet []*testNode, d time.Du
 // stable membership from the peer it joins and hold back.
 func TestRestartOnMinoritySideHoldsBack(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	// A short grace: a node that wrongly counted a quorum would claim the
 	// partitions of the members it can't see after it.
@@ -128,7 +129,7 @@ func TestRestartOnMinoritySideHoldsBack(t *testing.T) {
 // the newer stable membership {c,d,e} to a and b.
 func TestReshapedSplitHasOneQuorum(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc, fn, log := loggedFaultCluster(t, func(c *Config) { c.StableAfter = 2 * time.Second })
 	tc.startNodes(ctx, "s", 5)

@@ -12,6 +12,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
@@ -33,6 +34,19 @@ func (c *countingAuthority) Claim(ctx context.Context, p uint32, n ownership.Nod
 // their epochs from its fence table (the strict SQL authority).
 func sqlCluster(t *testing.T) (*testCluster, *sqlfence.Fence, *countingAuthority, *sql.DB) {
 	t.Helper()
+	f, db := sqliteFence(t)
+	auth := &countingAuthority{a: f.Authority()}
+	tc := newTestCluster(t, func(c *Config) {
+		c.Fence = f
+		c.Authority = auth
+		c.Grace = c.StepDown + c.TickInterval // crashes only: (almost) no grace needed
+	})
+	return tc, f, auth, db
+}
+
+// sqliteFence is a SQL fence on a new SQLite file, its table created.
+func sqliteFence(t *testing.T) (*sqlfence.Fence, *sql.DB) {
+	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "fence.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
 	if err != nil {
 		t.Fatal(err)
@@ -46,13 +60,7 @@ func sqlCluster(t *testing.T) (*testCluster, *sqlfence.Fence, *countingAuthority
 	if err := f.CreateSchema(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	auth := &countingAuthority{a: f.Authority()}
-	tc := newTestCluster(t, func(c *Config) {
-		c.Fence = f
-		c.Authority = auth
-		c.Grace = c.StepDown + c.TickInterval // crashes only: (almost) no grace needed
-	})
-	return tc, f, auth, db
+	return f, db
 }
 
 // waitSQLOwned waits until every node agrees on the table and every
@@ -102,7 +110,7 @@ func sqlOwned(ctx context.Context, tc *testCluster, f *sqlfence.Fence) string {
 // below its token (ErrNotFenced) ends the lease, which is fenced anew.
 func TestSQLAuthorityAfterFenceTableReset(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tc, f, auth, db := sqlCluster(t)
 	for i := range 3 {

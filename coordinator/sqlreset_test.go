@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -20,7 +21,7 @@ import (
 // has a new token, and gossip shows it.
 func TestSQLAuthorityResetKeepsTokensUniqueAndVisible(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tc, f, _, db := sqlCluster(t)
 	for i := range 3 {

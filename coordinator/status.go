@@ -28,7 +28,7 @@ import (
 //	                           they are in its view but don't count for its quorum
 //	lag_ns            number   the loop's lag: the largest delay, over the reach check's
 //	                           span, between a tick firing and the loop running it (ns)
-//	late              bool     lag_ns is above half a ProbeTimeout: this node is too slow
+//	late              bool     lag_ns (over the span) is above half a ProbeTimeout: this node is too slow
 //	                           to keep its promises (its reach check is suspended, so cut
 //	                           off it may not end its leases before the others' Grace; it
 //	                           steps down late by the lag)

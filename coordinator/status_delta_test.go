@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -280,7 +281,7 @@ func getDelta(t *testing.T, srv *httptest.Server, since string) (StatusDelta, in
 // A real node's deltas over HTTP: after a crash, the delta applied to the
 // page's old status is the node's status of the same version.
 func TestStatusDeltaLive(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.startNodes(ctx, "d", 3)
@@ -313,7 +314,7 @@ func TestStatusDeltaLive(t *testing.T) {
 // transfers, whole and as a delta after one partition moved (response
 // bytes on the wire, headers included).
 func statusFigures(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const partitions = 4096
 	fence, err := ownership.NewMemoryFence(partitions)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ring"
 )
@@ -47,7 +48,7 @@ func getStatus(t *testing.T, srv *httptest.Server) (Status, map[string]any) {
 }
 
 func TestStatusPageAndMetrics(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.startNodes(ctx, "s", 2)
@@ -176,7 +177,7 @@ func docFields(t *testing.T) (map[string][]string, map[string]string) {
 // that name and type, and every documented field is in the JSON, at every
 // level; no name is in Go's CamelCase.
 func TestStatusJSONMatchesItsDoc(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.startNodes(ctx, "j", 3)
@@ -274,7 +275,7 @@ func TestStatusDocCheckCatchesDrift(t *testing.T) {
 // tells a crash (left holding partitions) from a handoff, and counts the
 // partitions not yet held by their new owner.
 func TestStatusTimelineGroups(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// Quorum is not under test: the last node keeps claiming on its own.
 	tc := newTestCluster(t, func(c *Config) { c.MinQuorum = 1 })

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -49,7 +50,7 @@ func TestIsolatedOwnerStepsDownFirstDespiteLifeguard(t *testing.T) {
 // the cut.
 func isolateAnOwner(t *testing.T, tweak func(*Config)) (lastEnd, firstFence time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const victim = "i4"
 	rec := &orderRecorder{victim: victim, held: map[uint32]bool{}}

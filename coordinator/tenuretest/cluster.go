@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -418,27 +419,43 @@ func (cl *Cluster) OwnerOf(ctx context.Context, key []byte) (string, error) {
 }
 
 // Poll checks cond every 10 ms until it holds, or returns ctx's error:
-// the wait for a condition that tests use instead of sleeping.
+// the wait for a condition that tests use instead of sleeping. The error
+// wraps ctx's and says how busy the machine was and how late the polling
+// ran, so an overloaded machine shows as one. Give ctx a deadline from
+// WithTimeout, which scales with the machine's load.
 func Poll(ctx context.Context, cond func() bool) error {
-	tick := time.NewTicker(10 * time.Millisecond)
+	lag := slowtest.Lag{Interval: 10 * time.Millisecond}
+	tick := time.NewTicker(lag.Interval)
 	defer tick.Stop()
 	for !cond() {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
+			return fmt.Errorf("%w (machine: %s; polling ran up to %v late)", ctx.Err(), slowtest.Describe(), lag.Max().Round(time.Millisecond))
+		case now := <-tick.C:
+			lag.Tick(now)
 		}
 	}
 	return nil
 }
 
 // WaitFor is Poll for a test: it waits until cond holds and fails t with
-// what ("waiting for <what>: context deadline exceeded") if ctx ends
-// first. Bound ctx with a deadline; like t.Fatalf, call it only from the
-// test's goroutine.
+// what ("waiting for <what>: context deadline exceeded (machine: ...)") if
+// ctx ends first. Bound ctx with a deadline (WithTimeout); like t.Fatalf,
+// call it only from the test's goroutine.
 func WaitFor(ctx context.Context, t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	if err := Poll(ctx, cond); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
+
+// WithTimeout is context.WithTimeout with d, the bound on an idle machine,
+// multiplied by SlowFactor: the deadline for a wait on a cluster.
+func WithTimeout(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return slowtest.WithTimeout(parent, d)
+}
+
+// SlowFactor is how many times longer than on an idle machine a wait may
+// take now: the environment variable TENURE_SLOW if set (a number, at
+// least 1), else the 1-minute load average per CPU, from 1 to 8.
+func SlowFactor() float64 { return slowtest.Factor() }

@@ -25,14 +25,14 @@ type clientPath struct {
 }
 
 type clientCall struct {
-	entry      string
+	entry, key string
 	start, end time.Time
 	err        error
 }
 
-func (c *clientPath) add(entry string, start time.Time, err error) {
+func (c *clientPath) add(entry, key string, start time.Time, err error) {
 	c.mu.Lock()
-	c.calls = append(c.calls, clientCall{entry: entry, start: start, end: time.Now(), err: err})
+	c.calls = append(c.calls, clientCall{entry: entry, key: key, start: start, end: time.Now(), err: err})
 	c.mu.Unlock()
 }
 
@@ -49,15 +49,16 @@ type clientFigures struct {
 	failedDuringLeave   int
 	unknownDuringLeave  int // of failedDuringLeave, those whose outcome is unknown
 	outcomeUnknown, all int
-	// leaveErrors counts the failures during the leave by message, so a
-	// failed L2 row says why.
-	leaveErrors map[string]int
+	// leaveFailures are the calls that failed during the leave, so a
+	// failed L2 row says which keys, through which node, when and why.
+	leaveFailures []clientCall
+	leaveAt       time.Time
 }
 
 func (c *clientPath) figures() clientFigures {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f := clientFigures{all: len(c.calls), leaveErrors: map[string]int{}}
+	f := clientFigures{all: len(c.calls), leaveAt: c.leaveAt}
 	for _, k := range c.calls {
 		if k.entry != c.paused && k.end.After(c.stopAt) && k.start.Before(c.contAt) {
 			f.maxWaitAfterStop = max(f.maxWaitAfterStop, k.end.Sub(latest(k.start, c.stopAt)))
@@ -71,7 +72,7 @@ func (c *clientPath) figures() clientFigures {
 		}
 		if k.end.After(c.leaveAt) && k.start.Before(c.leftAt) {
 			f.failedDuringLeave++
-			f.leaveErrors[k.err.Error()]++
+			f.leaveFailures = append(f.leaveFailures, k)
 			if unknown {
 				f.unknownDuringLeave++
 			}
@@ -87,13 +88,15 @@ func latest(a, b time.Time) time.Time {
 	return b
 }
 
-// print writes the client lines of the report.
-func (f clientFigures) print(takeover time.Duration, duplicates int) {
+// print writes the client lines of the report; partition gives a key's
+// partition.
+func (f clientFigures) print(takeover time.Duration, duplicates int, partition func(string) uint32) {
 	fmt.Printf("        clients: longest wait after the SIGSTOP %.2fs (takeover %.2fs; calls entering through the stopped node not counted), "+
 		"%d calls failed during the graceful leave, %d writes committed twice, %d unknown outcomes (of %d writes)\n",
 		f.maxWaitAfterStop.Seconds(), takeover.Seconds(), f.failedDuringLeave, duplicates, f.outcomeUnknown, f.all)
-	for msg, n := range f.leaveErrors {
-		fmt.Printf("        failed during the leave, %d times: %s\n", n, msg)
+	for _, k := range f.leaveFailures {
+		fmt.Printf("        failed during the leave: %s (p%d) through %s, sent %+.3fs after the leave began, failed after %.3fs: %v\n",
+			k.key, partition(k.key), k.entry, k.start.Sub(f.leaveAt).Seconds(), k.end.Sub(k.start).Seconds(), k.err)
 	}
 	fmt.Printf("figure: client.max_wait_after_sigstop_seconds %.3f\n", f.maxWaitAfterStop.Seconds())
 	fmt.Printf("figure: client.failed_calls_during_leave %d\n", f.failedDuringLeave)
@@ -104,9 +107,8 @@ func (f clientFigures) print(takeover time.Duration, duplicates int) {
 
 // checks are the report's rows for what the writers saw. A graceful leave
 // should fail no call and leave no outcome unknown (L2); with strict
-// (-strict-leave) those rows fail the run, otherwise they are shown with
-// their verdict and do not decide it: on a loaded machine a handoff can
-// still outlast a client's one-second attempt (issue 20). A crash and a
+// (-strict-leave, the default) those rows fail the run, otherwise they are
+// shown with their verdict and do not decide it. A crash and a
 // pause may leave outcomes unknown (the client can't tell whether a write
 // sent to a killed or stopped node landed), so the whole run's count is
 // shown, not judged; a write committed twice is a failure wherever it

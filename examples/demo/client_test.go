@@ -50,3 +50,21 @@ func TestClientChecksJudgeTheLeave(t *testing.T) {
 		}
 	}
 }
+
+// The calls that failed during the leave are kept with their key and entry
+// node, so the report can say which partitions the leave failed and why;
+// failures outside the leave are not listed.
+func TestClientFiguresListTheLeaveFailures(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	failed := errors.New("deadline")
+	p := &clientPath{leaveAt: at(10), leftAt: at(12), calls: []clientCall{
+		{entry: "node-0", key: "w1/k1", start: at(5), end: at(6), err: failed},
+		{entry: "node-1", key: "w2/k2", start: at(10.1), end: at(11.1), err: failed},
+		{entry: "node-3", key: "w3/k3", start: at(10.2), end: at(10.3)},
+	}}
+	f := p.figures()
+	if len(f.leaveFailures) != 1 || f.leaveFailures[0].key != "w2/k2" || f.leaveFailures[0].entry != "node-1" || f.failedDuringLeave != 1 {
+		t.Errorf("leave failures %+v (%d counted), want the one call of w2/k2 through node-1", f.leaveFailures, f.failedDuringLeave)
+	}
+}

@@ -26,15 +26,17 @@ import (
 
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
+	"github.com/tenure-go/tenure/internal/pressure"
 	"github.com/tenure-go/tenure/internal/sigstop"
+	"github.com/tenure-go/tenure/ring"
 	"github.com/tenure-go/tenure/transport"
 )
 
 type config struct {
-	nodes, partitions, writers, keys int
-	phase, pause, cut, timeout       time.Duration
-	dir, dsn, report                 string
-	keep, strictLeave, netns         bool
+	nodes, partitions, writers, keys   int
+	phase, pause, cut, timeout         time.Duration
+	dir, dsn, report                   string
+	keep, strictLeave, netns, pressure bool
 }
 
 // demo is the cluster of child processes and the workload's counters.
@@ -131,6 +133,14 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	if cfg.dsn == "" {
 		fmt.Printf("data and node logs: %s\n", d.dir)
 	}
+
+	// CPU pressure (-pressure): the phases below run on a busy machine,
+	// marked in the report from here to the end of the workload.
+	stopPressure, err := d.startPressure()
+	if err != nil {
+		return false, err
+	}
+	defer stopPressure()
 
 	// The workload.
 	wctx, stopWriters := context.WithCancel(ctx)
@@ -250,6 +260,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	stopWriters()
 	wg.Wait()
 	stopProgress()
+	stopPressure()
 
 	lost, reads, err := d.readBack(ctx, writers)
 	if err != nil {
@@ -299,7 +310,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	fmt.Printf("        settled after: pause %.2fs, crash %.2fs, restart %.2fs, cut (majority side) %.2fs, heal %.2fs, leave %.2fs\n",
 		resumed.Seconds(), failover.Seconds(), rejoin.Seconds(), cutFailover.Seconds(), healed.Seconds(), handoff.Seconds())
 	client := d.client.figures()
-	client.print(takeover, dups)
+	client.print(takeover, dups, func(k string) uint32 { return ring.PartitionString(k, cfg.partitions) })
 	fmt.Printf("figure: demo.operations %d\n", d.ops.Load())
 	fmt.Printf("figure: demo.acked_writes %d\n", d.acked.Load())
 	fmt.Printf("figure: demo.stale_rejected %d\n", staleRejected)
@@ -391,7 +402,7 @@ func (d *demo) write(ctx context.Context, w *writer, r *rand.Rand) {
 		_, err := p.kv.Put(cctx, &kvpb.PutRequest{Key: d.key(w.id, i), Value: []byte(strconv.FormatUint(v, 10))})
 		cancel()
 		if ctx.Err() == nil { // not cut short by the end of the run
-			d.client.add(p.name, began, err)
+			d.client.add(p.name, d.key(w.id, i), began, err)
 		}
 		d.ops.Add(1)
 		d.record(w, i, true, v, start, err == nil)
@@ -894,4 +905,32 @@ func (d *demo) stop(ctx context.Context, p *proc) error {
 		return p.signal(syscall.SIGSTOP)
 	}
 	return sigstop.StopUnlocked(ctx, p.cmd.Process.Pid, d.sqlitePath())
+}
+
+// busyLoopsPerCore is -pressure's load: two busy loops per core, issue 20's
+// busy machine.
+const busyLoopsPerCore = 2
+
+// startPressure starts -pressure's busy loops, each ending by itself after
+// pressure.MaxDuration at the latest (a default run takes under a minute),
+// marks their start in the report and returns the function that
+// stops them and marks their end (idempotent); without -pressure it does
+// nothing.
+func (d *demo) startPressure() (stop func(), err error) {
+	if !d.cfg.pressure {
+		return func() {}, nil
+	}
+	load, err := pressure.Busy(busyLoopsPerCore, pressure.MaxDuration)
+	if err != nil {
+		return nil, fmt.Errorf("-pressure: %w", err)
+	}
+	d.story.mark(fmt.Sprintf("pressure on: %d busy loops", load.Loops()))
+	fmt.Printf("CPU pressure: %d busy loops (%d per core) run beside every phase\n", load.Loops(), busyLoopsPerCore)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			load.Stop()
+			d.story.mark("pressure off")
+		})
+	}, nil
 }

@@ -44,7 +44,7 @@ func TestDemoShort(t *testing.T) {
 		nodes: 5, partitions: 32, writers: 8, keys: 32,
 		phase: 300 * time.Millisecond, pause: 4 * time.Second, cut: 4 * time.Second, timeout: 6 * time.Second,
 		dir: t.TempDir(), report: filepath.Join(t.ArtifactDir(), "demo-report.html"),
-		netns: true, dsn: testdb.PostgresSchemaDSN(t),
+		netns: true, strictLeave: true, dsn: testdb.PostgresSchemaDSN(t),
 	}
 	ok, err := run(ctx, cfg)
 	if err != nil {

@@ -308,7 +308,7 @@ func (r *report) chart() svgChart {
 
 // isRecovery tells the events that undo a fault from the faults.
 func isRecovery(name string) bool {
-	for _, w := range []string{"resumed", "restart", "healed"} {
+	for _, w := range []string{"resumed", "restart", "healed", "pressure off"} {
 		if strings.Contains(name, w) {
 			return true
 		}
@@ -449,7 +449,7 @@ func (d *demo) writeReport(history []op, stale []time.Duration, checks []check) 
 	marks, windows := slices.Clone(d.story.marks), slices.Clone(d.story.windows)
 	d.story.mu.Unlock()
 	r := &report{RunID: d.runID, Started: d.t0, Duration: time.Since(d.t0), Checks: checks,
-		Setup:   fmt.Sprintf("%d nodes, %d partitions, %d writers x %d keys", d.cfg.nodes, d.cfg.partitions, d.cfg.writers, d.cfg.keys),
+		Setup:   d.setup(),
 		history: history, marks: marks, windows: windows, stale: stale}
 	r.OK = allPassed(checks)
 	path := d.cfg.report
@@ -457,4 +457,14 @@ func (d *demo) writeReport(history []op, stale []time.Duration, checks []check) 
 		path = filepath.Join(os.TempDir(), "tenure-demo-"+d.runID+"-report.html")
 	}
 	return path, r.write(path)
+}
+
+// setup is the report's line on the run's shape, saying whether its phases
+// ran under -pressure.
+func (d *demo) setup() string {
+	s := fmt.Sprintf("%d nodes, %d partitions, %d writers x %d keys", d.cfg.nodes, d.cfg.partitions, d.cfg.writers, d.cfg.keys)
+	if d.cfg.pressure {
+		s += fmt.Sprintf(", every phase under CPU pressure (%d busy loops per core, between the marks pressure on and off)", busyLoopsPerCore)
+	}
+	return s
 }

@@ -177,3 +177,20 @@ func checkRunReport(t *testing.T, path string, events []string) {
 		t.Errorf("verdict %q, checks %q", v.Verdict, v.Checks)
 	}
 }
+
+// With -pressure the report's setup line says the phases ran under CPU
+// pressure, and the mark that ends it is drawn as an undoing; without it
+// the line says nothing of pressure.
+func TestReportMarksPressure(t *testing.T) {
+	d := &demo{cfg: config{nodes: 5, partitions: 32, writers: 8, keys: 32}}
+	if s := d.setup(); strings.Contains(s, "pressure") {
+		t.Errorf("setup without -pressure = %q, want no pressure", s)
+	}
+	d.cfg.pressure = true
+	if s := d.setup(); !strings.Contains(s, "every phase under CPU pressure (2 busy loops per core") {
+		t.Errorf("setup with -pressure = %q, want it to say the phases ran under pressure", s)
+	}
+	if !isRecovery("pressure off") || isRecovery("pressure on: 4 busy loops") {
+		t.Error("pressure off must be drawn as the undoing of pressure on")
+	}
+}

@@ -119,8 +119,12 @@ func (c *Check) Lag(now time.Time) time.Duration {
 	return out
 }
 
-// Late reports whether the node was late within the last Interval.
-func (c *Check) Late(now time.Time) bool {
+// LateThisInterval reports whether the node was late within the last
+// Interval: while it is, the check pings nobody. It is not
+// coordinator.Status.Late, which says the largest lag over the last Span
+// (Lag) is above LagLimit: a node can be late by Status for a Span after
+// one late tick, and pinging again after an Interval.
+func (c *Check) LateThisInterval(now time.Time) bool {
 	return !c.lateAt.IsZero() && now.Sub(c.lateAt) < c.cfg.Interval
 }
 
@@ -134,7 +138,7 @@ func (c *Check) Due(now time.Time, troubled bool, members []Member) []Member {
 	if !troubled || c.inflight || len(members) == 0 || !c.started.IsZero() && now.Sub(c.started) < c.cfg.Interval {
 		return nil
 	}
-	if !c.cfg.IgnoreLag && c.Late(now) {
+	if !c.cfg.IgnoreLag && c.LateThisInterval(now) {
 		return nil
 	}
 	k := SampleSize(len(members) + 1)

@@ -133,13 +133,13 @@ func TestLateNodeNeitherPingsNorBlames(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	c := New(local, rand.New(rand.NewPCG(1, 2)))
 	c.Lagged(t0, 120*time.Millisecond)
-	if !c.Late(t0) || c.Lag(t0) != 120*time.Millisecond {
-		t.Fatalf("after a lag of 120ms: late %v, lag %v", c.Late(t0), c.Lag(t0))
+	if !c.LateThisInterval(t0) || c.Lag(t0) != 120*time.Millisecond {
+		t.Fatalf("after a lag of 120ms: late %v, lag %v", c.LateThisInterval(t0), c.Lag(t0))
 	}
 	if due := c.Due(t0, true, members); due != nil {
 		t.Fatalf("a late node pinged %v", due)
 	}
-	if c.Late(t0.Add(local.Interval)) {
+	if c.LateThisInterval(t0.Add(local.Interval)) {
 		t.Fatal("still late an Interval after the last lag")
 	}
 	// A round with a lag spike in it, and one read too late: neither counts.
