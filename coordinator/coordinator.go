@@ -17,8 +17,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/machine"
+	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -44,7 +45,7 @@ type Coordinator struct {
 	auth   ownership.Authority
 	view   atomic.Pointer[view]
 	leases *registry // written by the loop only; Lease reads its served slots
-	stable atomic.Pointer[ownership.Stable]
+	stable atomic.Pointer[quorum.Stable]
 
 	pushMu   sync.Mutex // serializes memberlist's UpdateNode
 	metaMu   sync.Mutex
@@ -158,7 +159,7 @@ func New(cfg Config) (*Coordinator, error) {
 		}
 		c.cfg.Authority = c.auth
 	}
-	c.stable.Store(&ownership.Stable{})
+	c.stable.Store(&quorum.Stable{})
 	c.metaVal = meta{
 		Cluster:     cfg.ClusterName,
 		RingVersion: ring.AlgorithmVersion,
@@ -321,7 +322,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 			return err
 		}
 	}
-	m, err := ownership.NewMachine(c.cfg.machineConfig(c.self))
+	m, err := machine.NewMachine(c.cfg.machineConfig(c.self))
 	if err != nil {
 		return err
 	}

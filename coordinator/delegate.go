@@ -7,8 +7,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/memberlist"
-
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -197,7 +197,7 @@ func (c *Coordinator) broadcastClaim(cl ownership.Claim) {
 
 // broadcastStable queues s for gossip, when it fits in a packet (push/pull
 // carries it in any case).
-func (c *Coordinator) broadcastStable(s ownership.Stable) {
+func (c *Coordinator) broadcastStable(s quorum.Stable) {
 	n := 0
 	for _, m := range s.Members {
 		n += len(m) + 1

@@ -12,8 +12,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	dto "github.com/prometheus/client_model/go"
-
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -343,7 +343,7 @@ func TestKeyedClusterRefusesUnauthenticatedInput(t *testing.T) {
 
 // forgedMeta is node metadata that passes every check but authentication:
 // this cluster and ring, and the stable membership id given.
-func forgedMeta(t *testing.T, name string, id ownership.StableID, leaving bool, keys *ownership.Keyring) []byte {
+func forgedMeta(t *testing.T, name string, id quorum.StableID, leaving bool, keys *ownership.Keyring) []byte {
 	t.Helper()
 	b, err := meta{Cluster: "tenure", RingVersion: ring.AlgorithmVersion, Incarnation: 7, Stable: id, Leaving: leaving}.encode(name, keys)
 	if err != nil {
@@ -370,7 +370,7 @@ func TestForgedMetadataCannotHaltAKeyedCluster(t *testing.T) {
 	tc.startNodes(ctx, "m", 3)
 	tc.waitConverged(ctx)
 
-	huge := ownership.StableID{Version: math.MaxUint64, Hash: 1}
+	huge := quorum.StableID{Version: math.MaxUint64, Hash: 1}
 	forgers := []*intruder{
 		newIntruder(t, "evil-unsigned", forgedMeta(t, "evil-unsigned", huge, false, nil), nil),
 		newIntruder(t, "evil-leaving", forgedMeta(t, "evil-leaving", huge, true, nil), nil),
@@ -440,8 +440,8 @@ func TestForgedStableMembershipCannotHaltTheCluster(t *testing.T) {
 			tc.startNodes(ctx, "s", 3)
 			tc.waitConverged(ctx)
 
-			ghosts := ownership.NewStable(1<<20, []string{"ghost-1", "ghost-2", "ghost-3"})
-			huge := ownership.NewStable(math.MaxUint64, names(tc.all()))
+			ghosts := quorum.NewStable(1<<20, []string{"ghost-1", "ghost-2", "ghost-3"})
+			huge := quorum.NewStable(math.MaxUint64, names(tc.all()))
 			// A push/pull whose register holds a claim (a release one epoch
 			// above p's owner) that shows when the state was merged.
 			const p = 5

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -105,8 +105,8 @@ func FuzzDelegateBytes(f *testing.F) {
 	for _, k := range []*ownership.Keyring{nil, keys} {
 		for _, m := range []ownership.GossipMessage{
 			{Kind: ownership.GossipClaim, Claim: ownership.Claim{Token: k.Sign(ownership.Token{Partition: 1, Epoch: 9, Owner: "x", Incarnation: 3})}},
-			{Kind: ownership.GossipStable, Stable: ownership.NewStable(4, []string{"a", "b"})},
-			{Kind: ownership.GossipState, Stable: ownership.NewStable(4, []string{"a", "b"}), Register: reg},
+			{Kind: ownership.GossipStable, Stable: quorum.NewStable(4, []string{"a", "b"})},
+			{Kind: ownership.GossipState, Stable: quorum.NewStable(4, []string{"a", "b"}), Register: reg},
 		} {
 			m.Cluster, m.Sender = "tenure", "x"
 			b, err := m.Seal(k)
@@ -160,7 +160,7 @@ func FuzzDelegateSigned(f *testing.F) {
 		if members != "" {
 			names = strings.Split(members, ",")
 		}
-		st := ownership.NewStable(version, names)
+		st := quorum.NewStable(version, names)
 		claim := ownership.Claim{Token: k.Sign(ownership.Token{Partition: part % (2 * testPartitions), Epoch: epoch, Owner: owner, Incarnation: inc}), Released: released}
 		m := ownership.GossipMessage{Kind: ownership.GossipKind(kind%3 + 1), Cluster: "tenure", Sender: "fz-peer", Claim: claim, Stable: st}
 		if m.Kind == ownership.GossipState {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/machine"
+	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -22,7 +24,7 @@ import (
 // heard is what gossip brought: claims and a stable membership.
 type heard struct {
 	claims []ownership.Claim
-	stable ownership.Stable
+	stable quorum.Stable
 }
 
 // inbox queues what memberlist's delegate callbacks hand over, without
@@ -82,7 +84,7 @@ type input struct {
 // loop owns the state machine and the lease registry.
 type loop struct {
 	c       *Coordinator
-	m       *ownership.Machine
+	m       *machine.Machine
 	reg     *registry
 	workers sync.WaitGroup
 	known   map[string]knownMember // for rejoin
@@ -105,7 +107,7 @@ type knownMember struct {
 	lastSeen time.Time
 }
 
-func newLoop(c *Coordinator, m *ownership.Machine) *loop {
+func newLoop(c *Coordinator, m *machine.Machine) *loop {
 	return &loop{
 		c:       c,
 		m:       m,
@@ -218,7 +220,7 @@ func (l *loop) refreshMembers() {
 	c := l.c
 	live, left := c.nodes.snapshot()
 	members := make(map[string]ownership.Member)
-	var vms []ownership.ViewMember
+	var vms []machine.ViewMember
 	var placed []string
 	now := c.cfg.Clock.Now()
 	for _, e := range live {
@@ -227,7 +229,7 @@ func (l *loop) refreshMembers() {
 		}
 		members[e.member.Name] = e.member
 		l.known[e.member.Name] = knownMember{addr: e.member.GossipAddr, lastSeen: now}
-		vms = append(vms, ownership.ViewMember{Name: e.member.Name, Incarnation: e.meta.Incarnation, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
+		vms = append(vms, machine.ViewMember{Name: e.member.Name, Incarnation: e.meta.Incarnation, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
 		if !e.meta.Leaving {
 			placed = append(placed, e.member.Name)
 		}
@@ -266,12 +268,12 @@ func (l *loop) refreshMembers() {
 		// any more.
 	}
 	c.view.Store(v)
-	var pl ownership.Placement
+	var pl machine.Placement
 	if v.table != nil && len(placed) > 0 {
 		pl = v.table
 	}
 	c.metrics.members.Set(float64(len(members)))
-	if err := l.m.SetView(ownership.View{Members: vms, Placement: pl, Left: left}); err != nil {
+	if err := l.m.SetView(machine.View{Members: vms, Placement: pl, Left: left}); err != nil {
 		c.log.Error("view", "err", err)
 	}
 }
@@ -374,7 +376,7 @@ func (l *loop) apply(in input) {
 		l.m.NotFenced(in.token)
 	case inResign:
 		ph, tok := l.m.Phase(in.partition)
-		if ph < ownership.Fencing || ph == ownership.Releasing {
+		if ph < machine.Fencing || ph == machine.Releasing {
 			in.done <- ownership.ErrLeaseEnded
 			return
 		}
@@ -405,29 +407,29 @@ func (l *loop) perform() {
 	c := l.c
 	for _, a := range l.m.Ready() {
 		switch a.Kind {
-		case ownership.ActClaim:
+		case machine.ActClaim:
 			c.metrics.claims.Inc()
 			l.goClaim(a.Partition, a.Token)
-		case ownership.ActFence:
+		case machine.ActFence:
 			l.goFence(l.reg.start(a.Token))
-		case ownership.ActAcquire:
+		case machine.ActAcquire:
 			l.goAcquire(l.reg.start(a.Token))
-		case ownership.ActServe:
+		case machine.ActServe:
 			l.serve(a)
-		case ownership.ActRelease:
+		case machine.ActRelease:
 			if e := l.reg.get(a.Token); e != nil {
 				if a.Cause == nil {
 					l.reg.unserve(a.Token)
 				}
 				l.goRelease(e, a.Cause)
 			}
-		case ownership.ActEnd:
+		case machine.ActEnd:
 			if l.reg.end(a.Token, a.Cause) {
 				now := c.cfg.Clock.Now()
 				c.log.Debug("lease ended", "token", a.Token, "cause", causeText(a.Cause))
 				c.subs.publish(Event{Kind: EventReleased, Node: c.cfg.Name, Partition: a.Partition, Token: a.Token, Time: now, Cause: a.Cause})
 			}
-		case ownership.ActPublish:
+		case machine.ActPublish:
 			cl := ownership.Claim{Token: a.Token, Released: a.Released}
 			if c.reg.ObserveClaim(cl) {
 				l.holderChanged(cl)
@@ -436,18 +438,18 @@ func (l *loop) perform() {
 			if a.Released {
 				c.metrics.releases.Inc()
 			}
-		case ownership.ActStable:
+		case machine.ActStable:
 			l.stable(a.Stable)
-		case ownership.ActSync:
+		case machine.ActSync:
 			l.sync(a.Node)
-		case ownership.ActQuorum:
+		case machine.ActQuorum:
 			l.quorum(a.OK)
 		}
 	}
 }
 
 // serve lets callers have a fenced, acquired lease.
-func (l *loop) serve(a ownership.Action) {
+func (l *loop) serve(a machine.Action) {
 	c := l.c
 	if l.reg.serve(a.Token) == nil {
 		return
@@ -465,7 +467,7 @@ func (l *loop) serve(a ownership.Action) {
 // stable keeps a new stable membership for gossip: in push/pull state, in
 // this node's metadata (so others see their own is outdated), and in a
 // broadcast.
-func (l *loop) stable(s ownership.Stable) {
+func (l *loop) stable(s quorum.Stable) {
 	c := l.c
 	c.stable.Store(&s)
 	c.broadcastStable(s)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 // rawPushPull opens a TCP connection to a node's gossip port and sends a
@@ -62,7 +63,7 @@ func broadcastSamples(t *testing.T, c *Coordinator, keys *ownership.Keyring) map
 	claim := ownership.Claim{Token: keys.Sign(ownership.Token{Partition: 3, Epoch: 9, Owner: c.cfg.Name, Incarnation: c.Self().Incarnation})}
 	return map[string][]byte{
 		"claim":  seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: c.cfg.ClusterName, Sender: c.cfg.Name, Claim: claim}, keys),
-		"stable": seal(t, ownership.GossipMessage{Kind: ownership.GossipStable, Cluster: c.cfg.ClusterName, Sender: c.cfg.Name, Stable: ownership.NewStable(7, []string{c.cfg.Name})}, keys),
+		"stable": seal(t, ownership.GossipMessage{Kind: ownership.GossipStable, Cluster: c.cfg.ClusterName, Sender: c.cfg.Name, Stable: quorum.NewStable(7, []string{c.cfg.Name})}, keys),
 	}
 }
 

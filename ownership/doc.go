@@ -16,9 +16,11 @@
 //   - An Authority mints tokens. GossipAuthority takes epochs from the
 //     gossiped Register (merge = max); sqlfence's authority issues them
 //     strictly from the database.
-//   - Machine is the per-node lease state machine: pure and deterministic,
-//     no goroutine, clock or socket. The shell (package coordinator) feeds
-//     it events and performs the Actions it returns, in order.
+//   - The per-node lease state machine is package ownership/machine: pure
+//     and deterministic, no goroutine, clock or socket. The shell (package
+//     coordinator) feeds it events and performs the Actions it returns, in
+//     order. The stable membership it counts its quorum against, and the
+//     majority rule, are package ownership/quorum.
 //   - A Lease is the grant as the application sees it: a Token and a
 //     context cancelled the moment the lease ends.
 //

@@ -94,3 +94,28 @@ func (e *NotFencedError) Error() string {
 
 // Is makes errors.Is(err, ErrNotFenced) true.
 func (e *NotFencedError) Is(target error) bool { return target == ErrNotFenced }
+
+// Why a lease ended: the cause of its context (context.Cause), and of
+// the machine's ActEnd and ActRelease. Each wraps ErrLeaseEnded.
+var (
+	// ErrLeaseReleased: the lease was handed off (the ring moved the
+	// partition, or the node left) after the handler drained.
+	ErrLeaseReleased = fmt.Errorf("%w: released", ErrLeaseEnded)
+	// ErrLeaseResigned: the node gave the lease back (Resign, or the
+	// handler ended it).
+	ErrLeaseResigned = fmt.Errorf("%w: resigned", ErrLeaseEnded)
+	// ErrLeaseSuperseded: a higher token exists for the partition (heard by
+	// gossip, or reported by a fence that rejected a write).
+	ErrLeaseSuperseded = fmt.Errorf("%w: superseded", ErrLeaseEnded)
+	// ErrLeaseNoQuorum: the node could not see a quorum for StepDown (L4).
+	ErrLeaseNoQuorum = fmt.Errorf("%w: no quorum", ErrLeaseEnded)
+	// ErrLeaseNotFenced: the resource's mark fell below the lease's token (a
+	// fence table reset or restored): the handler's view of the resource
+	// may be stale, so the lease ends and a new one is fenced.
+	ErrLeaseNotFenced = fmt.Errorf("%w: fence lost", ErrLeaseEnded)
+	// ErrLeaseTimeout: the handler's Acquire or Release overran its
+	// deadline.
+	ErrLeaseTimeout = fmt.Errorf("%w: handler timed out", ErrLeaseEnded)
+	// ErrLeaseFailed: fencing or the handler's Acquire failed.
+	ErrLeaseFailed = fmt.Errorf("%w: acquire failed", ErrLeaseEnded)
+)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 // Gossip is input from the network: anything that can send a packet to a
@@ -134,7 +136,7 @@ type GossipMessage struct {
 	// Claim, for GossipClaim.
 	Claim Claim
 	// Stable, for GossipStable and GossipState (zero if the sender has none).
-	Stable Stable
+	Stable quorum.Stable
 	// Register, for GossipState.
 	Register *Register
 }
@@ -196,7 +198,7 @@ func (m GossipMessage) Seal(keys *Keyring) ([]byte, error) {
 		return nil, malformed("gossip: sender name is %d bytes, want 1 to %d", len(m.Sender), MaxOwnerSize)
 	case m.Kind < GossipClaim || m.Kind > GossipState:
 		return nil, malformed("gossip: unknown kind %d", m.Kind)
-	case m.Kind != GossipClaim && !m.Stable.valid():
+	case m.Kind != GossipClaim && !m.Stable.Valid():
 		return nil, malformed("gossip: invalid stable membership %v", m.Stable)
 	case m.Kind == GossipState && m.Register == nil:
 		return nil, malformed("gossip: state without a register")
@@ -229,7 +231,7 @@ func (m GossipMessage) Seal(keys *Keyring) ([]byte, error) {
 	return b, nil
 }
 
-func appendStable(b []byte, s Stable) []byte {
+func appendStable(b []byte, s quorum.Stable) []byte {
 	b = binary.AppendUvarint(b, s.Version)
 	b = binary.AppendUvarint(b, uint64(len(s.Members)))
 	for _, m := range s.Members {
@@ -326,35 +328,35 @@ func (m GossipMessage) verifyTokens(keys *Keyring) error {
 	return nil
 }
 
-func parseStable(b []byte, whole bool) (Stable, error) {
+func parseStable(b []byte, whole bool) (quorum.Stable, error) {
 	d := decoder{b: b}
 	s := readStable(&d)
 	if whole {
 		if err := d.end(); err != nil {
-			return Stable{}, err
+			return quorum.Stable{}, err
 		}
 	}
 	return s, d.err()
 }
 
 // readStable reads a stable membership's encoding.
-func readStable(d *decoder) Stable {
-	var s Stable
+func readStable(d *decoder) quorum.Stable {
+	var s quorum.Stable
 	s.Version = d.uvarint()
 	n := d.uvarint()
 	if !d.ok() {
-		return Stable{}
+		return quorum.Stable{}
 	}
 	if n > uint64(len(d.b))/2 {
 		d.fail(faultTruncated)
-		return Stable{}
+		return quorum.Stable{}
 	}
 	for range n {
 		s.Members = append(s.Members, string(d.bytes(int(d.byte()))))
 	}
-	if d.ok() && !s.valid() {
+	if d.ok() && !s.Valid() {
 		d.fail(faultInvalid)
-		return Stable{}
+		return quorum.Stable{}
 	}
 	return s
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/machine"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 // cluster is the simulated cluster's name.
@@ -27,11 +29,11 @@ type node struct {
 	life     int      // bumped by every crash and restart
 	backlog  []func() // inputs that arrived while paused
 	self     ownership.Node
-	m        *ownership.Machine
+	m        *machine.Machine
 	reg      *ownership.Register
 	auth     *ownership.GossipAuthority
-	stable   ownership.Stable
-	stableID ownership.StableID // stable's ID (hashing the names costs)
+	stable   quorum.Stable
+	stableID quorum.StableID // stable's ID (hashing the names costs)
 	leaving  bool
 	leftAt   uint64 // tick the leave started
 	founder  bool   // this life bootstrapped the cluster
@@ -89,7 +91,7 @@ func (n *node) start(bootstrap bool) {
 		n.sc = newScaleNode(s.cfg.Partitions)
 	}
 	n.auth, _ = ownership.NewGossipAuthority(n.reg, s.keys)
-	n.stable, n.stableID = ownership.Stable{}, ownership.StableID{}
+	n.stable, n.stableID = quorum.Stable{}, quorum.StableID{}
 	s.chk.outdated[n.idx] = false
 	n.servedTok = make([]ownership.Token, s.cfg.Partitions)
 	n.acquired = make(map[ownership.Token]bool)
@@ -102,7 +104,7 @@ func (n *node) start(bootstrap bool) {
 	n.rc, n.round, n.ranAt, n.lateUntil = reach.New(s.reachConfig(), rnd), nil, time.Time{}, 0
 	c := s.cfg
 	knobs := c.Knobs
-	m, err := ownership.NewMachine(ownership.MachineConfig{
+	m, err := machine.NewMachine(machine.MachineConfig{
 		Self: n.self, Partitions: c.Partitions, Bootstrap: bootstrap,
 		Fenced: true, StrictAuthority: c.Strict,
 		GraceTicks: c.Grace, HandoffTicks: c.Handoff, StepDownTicks: c.StepDown,
@@ -224,11 +226,11 @@ func (n *node) placed() []string {
 func (n *node) setView() {
 	s := n.s
 	members, left := s.net.view(n.idx)
-	v := ownership.View{Left: left}
+	v := machine.View{Left: left}
 	var placed []string
 	for _, j := range members {
 		m := s.nodes[j]
-		v.Members = append(v.Members, ownership.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stableID, Leaving: m.leaving,
+		v.Members = append(v.Members, machine.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stableID, Leaving: m.leaving,
 			Unreachable: s.net.unreach[n.idx][j]})
 		if !m.leaving {
 			placed = append(placed, m.name)
@@ -252,17 +254,17 @@ func (n *node) perform() {
 	life := n.life
 	for _, a := range n.m.Ready() {
 		switch a.Kind {
-		case ownership.ActClaim:
+		case machine.ActClaim:
 			s.tracef("%s claims p%d above %v", n.name, a.Partition, a.Token)
 			s.chk.claimed(n, a.Partition)
 			n.claim(life, a.Partition, a.Token)
-		case ownership.ActFence:
+		case machine.ActFence:
 			t := a.Token
 			s.after(s.between(0, 2), func() {
 				_, err := s.res.fence(t)
 				s.after(s.between(0, 1), func() { n.input(life, func() { n.m.Fenced(t, err) }) })
 			})
-		case ownership.ActAcquire:
+		case machine.ActAcquire:
 			t := a.Token
 			d := s.between(0, 2)
 			if s.chance(0.01) {
@@ -285,11 +287,11 @@ func (n *node) perform() {
 					n.m.Acquired(t, err)
 				})
 			})
-		case ownership.ActServe:
+		case machine.ActServe:
 			s.tracef("%s serves %v", n.name, a.Token)
 			s.chk.serve(n, a.Token)
 			n.servedTok[a.Partition] = a.Token
-		case ownership.ActRelease:
+		case machine.ActRelease:
 			t := a.Token
 			s.chk.release(n, t)
 			if a.Cause == nil {
@@ -306,7 +308,7 @@ func (n *node) perform() {
 				call = n.call(a.Partition, "Release", s.cfg.Release)
 			}
 			s.after(d, func() { call.running = false; n.input(life, func() { n.m.Released(t) }) })
-		case ownership.ActEnd:
+		case machine.ActEnd:
 			s.tracef("%s ends %v (%v)", n.name, a.Token, a.Cause)
 			n.unserve(a.Token)
 			if errors.Is(a.Cause, ownership.ErrLeaseFailed) || errors.Is(a.Cause, ownership.ErrLeaseTimeout) {
@@ -314,26 +316,26 @@ func (n *node) perform() {
 				// bound doesn't count the epoch.
 				s.chk.epochs[a.Partition]--
 			}
-		case ownership.ActPublish:
+		case machine.ActPublish:
 			s.tracef("%s publishes %v released=%v", n.name, a.Token, a.Released)
 			cl := ownership.Claim{Token: a.Token, Released: a.Released}
 			n.reg.ObserveClaim(cl)
 			n.observed(cl.Token.Partition)
 			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: cl})
-		case ownership.ActStable:
+		case machine.ActStable:
 			s.chk.adopted(n, a.Stable)
 			n.stable, n.stableID = a.Stable, a.Stable.ID()
 			s.tracef("%s stable %v", n.name, a.Stable)
 			n.gossip(ownership.GossipMessage{Kind: ownership.GossipStable, Stable: a.Stable})
 			s.net.metaChanged(n)
-		case ownership.ActSync:
+		case machine.ActSync:
 			if m := s.nodeByName(a.Node); m != nil {
 				if s.scale != nil {
 					s.scale.cost.Syncs++
 				}
 				s.net.pushPull(n.idx, m.idx)
 			}
-		case ownership.ActQuorum:
+		case machine.ActQuorum:
 			s.tracef("%s quorum %v (stable %v)", n.name, a.OK, n.m.Stable())
 		}
 	}
