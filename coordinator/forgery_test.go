@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
@@ -124,7 +125,7 @@ func splitHostPort(t *testing.T, addr string) ([]byte, uint16) {
 	return nil, 0
 }
 
-func seal(t *testing.T, m ownership.GossipMessage, keys *ownership.Keyring) []byte {
+func seal(t *testing.T, m gossip.Message, keys *ownership.Keyring) []byte {
 	t.Helper()
 	b, err := m.Seal(keys)
 	if err != nil {
@@ -198,21 +199,21 @@ func TestForgedGossipCannotMakeAPartitionUnclaimable(t *testing.T) {
 	// last epoch.
 	bc := newIntruder(t, "evil", nil, nil)
 	before0 := droppedNow(tc.all())
-	bc.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "other", Sender: "evil", Claim: ownership.Claim{Token: huge}}, nil))
-	bc.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "tenure", Sender: "evil", Claim: ownership.Claim{Token: huge}}, nil))
+	bc.sendTo(t, tc.all(), seal(t, gossip.Message{Kind: gossip.KindClaim, Cluster: "other", Sender: "evil", Claim: gossip.Claim{Token: huge}}, nil))
+	bc.sendTo(t, tc.all(), seal(t, gossip.Message{Kind: gossip.KindClaim, Cluster: "tenure", Sender: "evil", Claim: gossip.Claim{Token: huge}}, nil))
 	// Each message went by UDP and TCP: four refusals per node.
 	waitDropped(ctx, t, tc.all(), before0, 4)
 
 	// Push/pull: a node with acceptable metadata whose state holds the
 	// last epoch for p, in an envelope of another cluster and of this one.
-	reg, err := ownership.NewRegister(testPartitions)
+	reg, err := gossip.NewRegister(testPartitions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg.ObserveClaim(ownership.Claim{Token: huge})
+	reg.ObserveClaim(gossip.Claim{Token: huge})
 	for _, cluster := range []string{"other", "tenure"} {
 		before1 := droppedNow(tc.all())
-		state := seal(t, ownership.GossipMessage{Kind: ownership.GossipState, Cluster: cluster, Sender: "evil-" + cluster, Register: reg}, nil)
+		state := seal(t, gossip.Message{Kind: gossip.KindState, Cluster: cluster, Sender: "evil-" + cluster, Register: reg}, nil)
 		in := newIntruder(t, "evil-"+cluster, leavingMeta(t, "tenure"), state)
 		for _, n := range tc.all() {
 			if _, err := in.ml.Join([]string{n.c.GossipAddr()}); err != nil {
@@ -282,8 +283,8 @@ func TestKeyedClusterRefusesUnauthenticatedInput(t *testing.T) {
 	next := ownership.Token{Partition: p, Epoch: lease.Token().Epoch + 1, Owner: rival.name, Incarnation: rival.c.Self().Incarnation}
 	in := newIntruder(t, "evil", nil, nil)
 	before := droppedNow(tc.all())
-	in.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "tenure", Sender: rival.name, Claim: ownership.Claim{Token: next}}, nil))
-	in.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "tenure", Sender: rival.name, Claim: ownership.Claim{Token: other.Sign(next)}}, other))
+	in.sendTo(t, tc.all(), seal(t, gossip.Message{Kind: gossip.KindClaim, Cluster: "tenure", Sender: rival.name, Claim: gossip.Claim{Token: next}}, nil))
+	in.sendTo(t, tc.all(), seal(t, gossip.Message{Kind: gossip.KindClaim, Cluster: "tenure", Sender: rival.name, Claim: gossip.Claim{Token: other.Sign(next)}}, other))
 	waitDropped(ctx, t, tc.all(), before, 4)
 	if lease.Err() != nil {
 		t.Fatalf("an unauthenticated claim ended the owner's lease: %v", lease.Err())
@@ -446,22 +447,22 @@ func TestForgedStableMembershipCannotHaltTheCluster(t *testing.T) {
 			// above p's owner) that shows when the state was merged.
 			const p = 5
 			_, lease := ownerOf(t, tc, p)
-			mark := ownership.Claim{Token: lease.Token(), Released: true}
+			mark := gossip.Claim{Token: lease.Token(), Released: true}
 			mark.Token.Epoch++
 			mark.Token = keys.Sign(mark.Token)
-			reg, err := ownership.NewRegister(testPartitions)
+			reg, err := gossip.NewRegister(testPartitions)
 			if err != nil {
 				t.Fatal(err)
 			}
 			reg.ObserveClaim(mark)
-			state := seal(t, ownership.GossipMessage{Kind: ownership.GossipState, Cluster: "tenure", Sender: "evil", Stable: ghosts, Register: reg}, nil)
+			state := seal(t, gossip.Message{Kind: gossip.KindState, Cluster: "tenure", Sender: "evil", Stable: ghosts, Register: reg}, nil)
 			md := leavingMeta(t, "tenure")
 			if keyed {
 				md = forgedMeta(t, "evil", ghosts.ID(), true, nil)
 			}
 			in := newIntruder(t, "evil", md, state)
 			bc := newIntruder(t, "evil-broadcast", nil, nil)
-			bc.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipStable, Cluster: "tenure", Sender: "evil-broadcast", Stable: huge}, nil))
+			bc.sendTo(t, tc.all(), seal(t, gossip.Message{Kind: gossip.KindStable, Cluster: "tenure", Sender: "evil-broadcast", Stable: huge}, nil))
 			for _, n := range tc.all() {
 				_, _ = in.ml.Join([]string{n.c.GossipAddr()})
 			}

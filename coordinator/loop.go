@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ownership/machine"
 	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
@@ -23,7 +24,7 @@ import (
 
 // heard is what gossip brought: claims and a stable membership.
 type heard struct {
-	claims []ownership.Claim
+	claims []gossip.Claim
 	stable quorum.Stable
 }
 
@@ -206,7 +207,7 @@ func (l *loop) heard(hs []heard, relay bool) {
 }
 
 // holderChanged tells subscribers who holds a partition now.
-func (l *loop) holderChanged(cl ownership.Claim) {
+func (l *loop) holderChanged(cl gossip.Claim) {
 	e := Event{Kind: EventHolderChanged, Partition: cl.Token.Partition, Token: cl.Token, Time: l.c.cfg.Clock.Now()}
 	if !cl.Released {
 		e.Node = cl.Token.Owner
@@ -430,7 +431,7 @@ func (l *loop) perform() {
 				c.subs.publish(Event{Kind: EventReleased, Node: c.cfg.Name, Partition: a.Partition, Token: a.Token, Time: now, Cause: a.Cause})
 			}
 		case machine.ActPublish:
-			cl := ownership.Claim{Token: a.Token, Released: a.Released}
+			cl := gossip.Claim{Token: a.Token, Released: a.Released}
 			if c.reg.ObserveClaim(cl) {
 				l.holderChanged(cl)
 			}

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -330,7 +330,7 @@ func TestStatusTimelineGroups(t *testing.T) {
 // a group replaced before it settled is superseded. The negative control
 // is a register that shows the moves done.
 func TestTimelinePending(t *testing.T) {
-	reg, err := ownership.NewRegister(4)
+	reg, err := gossip.NewRegister(4)
 	if err != nil {
 		t.Fatal(err)
 	}

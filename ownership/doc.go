@@ -13,9 +13,10 @@
 //     Verifier and sign their stale answers with a Signer (a Keyring is
 //     both). Package fencetest is the contract every Fence keeps, as a
 //     test suite to run against a fence of your own.
-//   - An Authority mints tokens. GossipAuthority takes epochs from the
-//     gossiped Register (merge = max); sqlfence's authority issues them
-//     strictly from the database.
+//   - An Authority mints tokens. Package ownership/gossip's takes epochs
+//     from the gossiped register (merge = max); sqlfence's authority issues
+//     them strictly from the database. Package ownership/gossip is also the
+//     gossip codec, whose MACs a Keyring makes.
 //   - The per-node lease state machine is package ownership/machine: pure
 //     and deterministic, no goroutine, clock or socket. The shell (package
 //     coordinator) feeds it events and performs the Actions it returns, in

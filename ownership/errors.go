@@ -3,6 +3,8 @@ package ownership
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tenure-go/tenure/ownership/internal/wire"
 )
 
 // Sentinel errors. Test for them with errors.Is: the errors returned carry
@@ -15,7 +17,7 @@ var (
 	ErrBadMAC = errors.New("tenure: token authentication failed")
 	// ErrMalformedToken: bytes or text that do not decode to a token, a
 	// claim or a gossip register; or a token that can't be encoded.
-	ErrMalformedToken = errors.New("tenure: malformed token")
+	ErrMalformedToken = wire.ErrMalformed
 	// ErrNotFenced: an Exact check saw a token above the partition's mark:
 	// its owner writes without having fenced the resource first. The writer
 	// should fence, then retry.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ownership/machine"
 	"github.com/tenure-go/tenure/ownership/quorum"
 )
@@ -30,8 +31,8 @@ type node struct {
 	backlog  []func() // inputs that arrived while paused
 	self     ownership.Node
 	m        *machine.Machine
-	reg      *ownership.Register
-	auth     *ownership.GossipAuthority
+	reg      *gossip.Register
+	auth     *gossip.Authority
 	stable   quorum.Stable
 	stableID quorum.StableID // stable's ID (hashing the names costs)
 	leaving  bool
@@ -86,11 +87,11 @@ func (n *node) start(bootstrap bool) {
 		n.self.Incarnation = prev
 	}
 	n.founder, n.rooted = bootstrap, false
-	n.reg, _ = ownership.NewRegister(s.cfg.Partitions)
+	n.reg, _ = gossip.NewRegister(s.cfg.Partitions)
 	if s.scale != nil {
 		n.sc = newScaleNode(s.cfg.Partitions)
 	}
-	n.auth, _ = ownership.NewGossipAuthority(n.reg, s.keys)
+	n.auth, _ = gossip.NewAuthority(n.reg, s.keys)
 	n.stable, n.stableID = quorum.Stable{}, quorum.StableID{}
 	s.chk.outdated[n.idx] = false
 	n.servedTok = make([]ownership.Token, s.cfg.Partitions)
@@ -318,15 +319,15 @@ func (n *node) perform() {
 			}
 		case machine.ActPublish:
 			s.tracef("%s publishes %v released=%v", n.name, a.Token, a.Released)
-			cl := ownership.Claim{Token: a.Token, Released: a.Released}
+			cl := gossip.Claim{Token: a.Token, Released: a.Released}
 			n.reg.ObserveClaim(cl)
 			n.observed(cl.Token.Partition)
-			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: cl})
+			n.gossip(gossip.Message{Kind: gossip.KindClaim, Claim: cl})
 		case machine.ActStable:
 			s.chk.adopted(n, a.Stable)
 			n.stable, n.stableID = a.Stable, a.Stable.ID()
 			s.tracef("%s stable %v", n.name, a.Stable)
-			n.gossip(ownership.GossipMessage{Kind: ownership.GossipStable, Stable: a.Stable})
+			n.gossip(gossip.Message{Kind: gossip.KindStable, Stable: a.Stable})
 			s.net.metaChanged(n)
 		case machine.ActSync:
 			if m := s.nodeByName(a.Node); m != nil {
@@ -391,8 +392,8 @@ func (n *node) claim(life int, p uint32, seen ownership.Token) {
 
 // gossip broadcasts a message; a stable membership only when its names
 // fit in a packet, as the coordinator does (push/pull carries it anyway).
-func (n *node) gossip(m ownership.GossipMessage) {
-	if m.Kind == ownership.GossipStable {
+func (n *node) gossip(m gossip.Message) {
+	if m.Kind == gossip.KindStable {
 		k := 0
 		for _, name := range m.Stable.Members {
 			k += len(name) + 1
@@ -418,18 +419,18 @@ func (n *node) gossip(m ownership.GossipMessage) {
 
 // state returns the node's push/pull state.
 func (n *node) state() []byte {
-	b, err := ownership.GossipMessage{Kind: ownership.GossipState, Cluster: cluster, Sender: n.name, Stable: n.stable, Register: n.reg}.Seal(n.s.keys)
+	b, err := gossip.Message{Kind: gossip.KindState, Cluster: cluster, Sender: n.name, Stable: n.stable, Register: n.reg}.Seal(n.s.keys)
 	if err != nil {
 		panic(err)
 	}
 	return b
 }
 
-// receive is the delegate's NotifyMsg (ch GossipBroadcast) and
-// MergeRemoteState (ch GossipPushPull). A panic in it is a crash of the
+// receive is the delegate's NotifyMsg (ch gossip.Broadcast) and
+// MergeRemoteState (ch gossip.PushPull). A panic in it is a crash of the
 // node's process (memberlist's goroutines recover nothing): the checker
 // records it.
-func (n *node) receive(life int, ch ownership.GossipChannel, b []byte) {
+func (n *node) receive(life int, ch gossip.Channel, b []byte) {
 	n.input(life, func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -442,9 +443,9 @@ func (n *node) receive(life int, ch ownership.GossipChannel, b []byte) {
 		if s.cfg.Bugs.TrustGossip {
 			keys, name = nil, clusterOf(b)
 		}
-		m, err := ownership.OpenGossip(b, ch, name, keys)
-		if err != nil && s.cfg.Bugs.AnyKindAsState && ch == ownership.GossipPushPull {
-			m, err = ownership.OpenGossip(b, ownership.GossipBroadcast, name, keys)
+		m, err := gossip.Open(b, ch, name, keys)
+		if err != nil && s.cfg.Bugs.AnyKindAsState && ch == gossip.PushPull {
+			m, err = gossip.Open(b, gossip.Broadcast, name, keys)
 		}
 		if err != nil {
 			return
@@ -455,10 +456,10 @@ func (n *node) receive(life int, ch ownership.GossipChannel, b []byte) {
 
 // receiveOpened is receive for the scale mode's messages, opened once
 // for every receiver (a packet's pieces, in order).
-func (n *node) receiveOpened(life int, ms []ownership.GossipMessage) {
+func (n *node) receiveOpened(life int, ms []gossip.Message) {
 	n.input(life, func() {
 		for _, m := range ms {
-			n.take(ownership.GossipBroadcast, m)
+			n.take(gossip.Broadcast, m)
 		}
 	})
 }
@@ -468,9 +469,9 @@ func (n *node) receiveOpened(life int, ms []ownership.GossipMessage) {
 // and a claim new to the node on to the others (claims spread
 // epidemically; the scale mode's formation delivers to every member, so
 // nobody relays).
-func (n *node) take(ch ownership.GossipChannel, m ownership.GossipMessage) {
+func (n *node) take(ch gossip.Channel, m gossip.Message) {
 	s := n.s
-	if ch == ownership.GossipPushPull && m.Register.Partitions() != n.reg.Partitions() {
+	if ch == gossip.PushPull && m.Register.Partitions() != n.reg.Partitions() {
 		return // as the shell does
 	}
 	if m.Stable.Known() {
@@ -490,8 +491,8 @@ func (n *node) take(ch ownership.GossipChannel, m ownership.GossipMessage) {
 		if changed {
 			n.observed(c.Token.Partition)
 		}
-		if changed && relay && m.Kind == ownership.GossipClaim {
-			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: c})
+		if changed && relay && m.Kind == gossip.KindClaim {
+			n.gossip(gossip.Message{Kind: gossip.KindClaim, Claim: c})
 		}
 		n.m.Heard(c)
 	}

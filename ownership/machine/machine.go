@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
@@ -242,8 +243,8 @@ func (c MachineConfig) Validate() error {
 	switch {
 	case c.Self.Name == "":
 		return errors.New("ownership: MachineConfig.Self.Name is empty")
-	case c.Partitions <= 0 || c.Partitions > ownership.MaxPartitions:
-		return fmt.Errorf("ownership: MachineConfig.Partitions = %d, want 1 to %d", c.Partitions, ownership.MaxPartitions)
+	case c.Partitions <= 0 || c.Partitions > gossip.MaxPartitions:
+		return fmt.Errorf("ownership: MachineConfig.Partitions = %d, want 1 to %d", c.Partitions, gossip.MaxPartitions)
 	case c.GraceTicks < 0 || c.HandoffTicks < 0 || c.StepDownTicks < 0 || c.StableAfterTicks < 0 ||
 		c.RetryTicks < 0 || c.MaxRetryTicks < 0 || c.AcquireTicks < 0 || c.ReleaseTicks < 0 || c.MinQuorum < 0 || c.MaxClaims < 0:
 		return errors.New("ownership: MachineConfig counts must not be negative")
@@ -265,7 +266,7 @@ type part struct {
 	phase Phase
 	token ownership.Token // our grant: valid from Fencing to Releasing
 	// holder is the highest claim known for the partition, ours included.
-	holder ownership.Claim
+	holder gossip.Claim
 	// mark is the highest token a fence has reported for the partition.
 	mark ownership.Token
 	// fencedView is the view in which this node was fenced out by a live
@@ -276,7 +277,7 @@ type part struct {
 	// out until this tick.
 	rivalUntil uint64
 	// waitFor is the holder we are waiting on, since tick waitSince.
-	waitFor   ownership.Claim
+	waitFor   gossip.Claim
 	waitSince uint64
 	retryAt   uint64
 	failures  int // failed claims, fences and acquires in a row
@@ -380,9 +381,9 @@ func (m *Machine) Phase(p uint32) (Phase, ownership.Token) {
 }
 
 // Holder returns the highest claim known for partition p.
-func (m *Machine) Holder(p uint32) ownership.Claim {
+func (m *Machine) Holder(p uint32) gossip.Claim {
 	if int(p) >= len(m.parts) {
-		return ownership.Claim{}
+		return gossip.Claim{}
 	}
 	return m.parts[p].holder
 }
@@ -497,7 +498,7 @@ func (m *Machine) Shutdown(cause error) {
 
 // Heard records a claim or release heard from gossip (or read anywhere
 // else). A claim above this node's grant supersedes it: the lease ends.
-func (m *Machine) Heard(c ownership.Claim) {
+func (m *Machine) Heard(c gossip.Claim) {
 	p := c.Token.Partition
 	if int(p) >= len(m.parts) || c.Token.IsZero() {
 		return
@@ -537,7 +538,7 @@ func (m *Machine) Claimed(p uint32, t ownership.Token, err error) {
 				if cur.Compare(s.mark) > 0 {
 					s.mark = cur
 				}
-				s.observe(ownership.Claim{Token: cur})
+				s.observe(gossip.Claim{Token: cur})
 			}
 			if m.cfg.StrictAuthority {
 				s.answer, s.hasAnswer = cur, true
@@ -565,14 +566,14 @@ func (m *Machine) Claimed(p uint32, t ownership.Token, err error) {
 		s.floor = s.holder.Token
 	} else {
 		s.floor = ownership.Token{}
-		s.holder = ownership.Claim{Token: t}
+		s.holder = gossip.Claim{Token: t}
 	}
 	s.token = t
 	if !m.wants(p) {
 		// The ring moved on while we claimed: give the epoch back.
 		s.phase = Unowned
 		s.token = ownership.Token{}
-		s.observe(ownership.Claim{Token: t, Released: true})
+		s.observe(gossip.Claim{Token: t, Released: true})
 		m.emit(Action{Kind: ActPublish, Token: t, Released: true})
 		m.step(p)
 		return
@@ -800,7 +801,7 @@ func (m *Machine) giveBack(p uint32, cause error, cleanup bool) {
 	t := s.token
 	m.end(p, cause, cleanup)
 	m.emit(Action{Kind: ActPublish, Token: t, Released: true})
-	s.observe(ownership.Claim{Token: t, Released: true})
+	s.observe(gossip.Claim{Token: t, Released: true})
 }
 
 // end ends the lease of p with cause and leaves the partition Unowned.
@@ -849,7 +850,7 @@ func (m *Machine) backoff(n int) uint64 {
 
 // observe raises the highest claim known for the partition to c, if c is
 // higher, and reports whether it did.
-func (s *part) observe(c ownership.Claim) bool {
+func (s *part) observe(c gossip.Claim) bool {
 	if c.Compare(s.holder) <= 0 {
 		return false
 	}
@@ -863,7 +864,7 @@ func (m *Machine) lose(p uint32, higher ownership.Token, cause error) {
 	if higher.Compare(s.mark) > 0 {
 		s.mark = higher
 	}
-	s.observe(ownership.Claim{Token: higher})
+	s.observe(gossip.Claim{Token: higher})
 	if s.phase >= Fencing {
 		m.end(p, cause, true)
 	}
@@ -955,7 +956,7 @@ func (m *Machine) step(p uint32) {
 				// not start over because this node's quorum blinked.
 				return
 			}
-			s.waitFor, s.wanting = ownership.Claim{}, false
+			s.waitFor, s.wanting = gossip.Claim{}, false
 			return
 		}
 		if !s.wanting {
@@ -983,7 +984,7 @@ func (m *Machine) step(p uint32) {
 			m.cfg.MaxClaims > 0 && m.claiming >= m.cfg.MaxClaims {
 			return
 		}
-		s.waitFor = ownership.Claim{}
+		s.waitFor = gossip.Claim{}
 		s.phase = Claiming
 		m.claiming++
 		seen := s.holder.Token

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenure-go/tenure/internal/script"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
@@ -180,7 +181,7 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 		}
 		switch c.Name {
 		case "heard":
-			m.Heard(ownership.Claim{Token: tok, Released: has("released")})
+			m.Heard(gossip.Claim{Token: tok, Released: has("released")})
 		case "claimed":
 			m.Claimed(p, tok, scriptErr(p, c.Args))
 		case "fenced":

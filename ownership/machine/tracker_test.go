@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
@@ -195,31 +196,31 @@ func TestQuorumLeaveDoesNotPromoteNewcomers(t *testing.T) {
 func TestReplayedStableIsBounded(t *testing.T) {
 	keys, _ := ownership.NewKeyring(bytes.Repeat([]byte{1}, 32))
 	for _, k := range []*ownership.Keyring{nil, keys} {
-		reopen := func(m ownership.GossipMessage) ownership.GossipMessage {
+		reopen := func(m gossip.Message) gossip.Message {
 			t.Helper()
 			m.Cluster, m.Sender = "c1", "a"
 			b, err := m.Seal(k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := ownership.OpenGossip(b, m.Kind.Channel(), "c1", k)
+			got, err := gossip.Open(b, m.Kind.Channel(), "c1", k)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return got
 		}
-		old, _ := ownership.NewRegister(8)
-		state := reopen(ownership.GossipMessage{Kind: ownership.GossipState, Stable: quorum.NewStable(2, []string{"a", "b", "c"}), Register: old})
+		old, _ := gossip.NewRegister(8)
+		state := reopen(gossip.Message{Kind: gossip.KindState, Stable: quorum.NewStable(2, []string{"a", "b", "c"}), Register: old})
 
 		// A stale stable membership heard late, and the same set twice.
 		q := &tracker{self: "a", stableAfter: 5, stable: quorum.NewStable(2, []string{"a", "b", "c"})}
 		q.setView(1, []ViewMember{{Name: "a"}, {Name: "b"}, {Name: "c"}}, nil)
 		cur := quorum.NewStable(3, []string{"a", "b", "c"})
-		if !q.heard(2, reopen(ownership.GossipMessage{Kind: ownership.GossipStable, Stable: cur}).Stable) {
+		if !q.heard(2, reopen(gossip.Message{Kind: gossip.KindStable, Stable: cur}).Stable) {
 			t.Fatal("a newer stable membership was not taken")
 		}
 		for _, s := range []quorum.Stable{state.Stable, cur} {
-			if q.heard(3, reopen(ownership.GossipMessage{Kind: ownership.GossipStable, Stable: s}).Stable) || q.stable.ID() != cur.ID() {
+			if q.heard(3, reopen(gossip.Message{Kind: gossip.KindStable, Stable: s}).Stable) || q.stable.ID() != cur.ID() {
 				t.Fatalf("replayed %v after %v: now %v", s, cur, q.stable)
 			}
 		}
