@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/faultnet"
 )
 
 // faultCluster is a testCluster whose gossip runs over a faultnet.Network.

@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-
-	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/faultnet"
 	"github.com/tenure-go/tenure/ownership"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/faultnet"
 	"github.com/tenure-go/tenure/ownership"
 )
 

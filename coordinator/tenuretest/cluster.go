@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator"
-	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/faultnet"
 	"github.com/tenure-go/tenure/ownership"
 )
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator"
-	"github.com/tenure-go/tenure/coordinator/faultnet"
 	"github.com/tenure-go/tenure/examples/consumer/consumer"
+	"github.com/tenure-go/tenure/faultnet"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
