@@ -86,7 +86,7 @@ type input struct {
 type loop struct {
 	c       *Coordinator
 	m       *machine.Machine
-	reg     *registry
+	leases  *registry
 	workers sync.WaitGroup
 	known   map[string]knownMember // for rejoin
 	names   []string               // the current table's members, sorted
@@ -112,7 +112,7 @@ func newLoop(c *Coordinator, m *machine.Machine) *loop {
 	return &loop{
 		c:       c,
 		m:       m,
-		reg:     c.leases,
+		leases:  c.leases,
 		known:   make(map[string]knownMember),
 		leavers: make(map[string]bool),
 		reach:   reach.New(reachConfig(c.cfg), rand.New(rand.NewPCG(c.cfg.Rand.Uint64(), c.cfg.Rand.Uint64()))),
@@ -159,7 +159,7 @@ func (l *loop) run() {
 			l.m.Leave()
 		}
 		l.perform()
-		l.reg.gc()
+		l.leases.gc()
 		if c.leaving.Load() && !l.idle && l.m.Idle() {
 			l.idle = true
 			close(c.idleCh)
@@ -384,10 +384,10 @@ func (l *loop) apply(in input) {
 		l.m.Resign(tok, false)
 		in.done <- nil
 	case inEnded:
-		if e := l.reg.get(in.token); e != nil && !e.ended {
+		if e := l.leases.get(in.token); e != nil && !e.ended {
 			// A handler ended its lease itself: that is a resignation.
-			l.reg.unserve(in.token)
-			l.reg.markEnded(in.token, e)
+			l.leases.unserve(in.token)
+			l.leases.markEnded(in.token, e)
 			l.m.Resign(in.token, true)
 		}
 	case inJoined:
@@ -398,7 +398,7 @@ func (l *loop) apply(in input) {
 }
 
 func (l *loop) workerDone(t ownership.Token) {
-	if e := l.reg.get(t); e != nil {
+	if e := l.leases.get(t); e != nil {
 		e.workers--
 	}
 }
@@ -412,20 +412,20 @@ func (l *loop) perform() {
 			c.metrics.claims.Inc()
 			l.goClaim(a.Partition, a.Token)
 		case machine.ActFence:
-			l.goFence(l.reg.start(a.Token))
+			l.goFence(l.leases.start(a.Token))
 		case machine.ActAcquire:
-			l.goAcquire(l.reg.start(a.Token))
+			l.goAcquire(l.leases.start(a.Token))
 		case machine.ActServe:
 			l.serve(a)
 		case machine.ActRelease:
-			if e := l.reg.get(a.Token); e != nil {
+			if e := l.leases.get(a.Token); e != nil {
 				if a.Cause == nil {
-					l.reg.unserve(a.Token)
+					l.leases.unserve(a.Token)
 				}
 				l.goRelease(e, a.Cause)
 			}
 		case machine.ActEnd:
-			if l.reg.end(a.Token, a.Cause) {
+			if l.leases.end(a.Token, a.Cause) {
 				now := c.cfg.Clock.Now()
 				c.log.Debug("lease ended", "token", a.Token, "cause", causeText(a.Cause))
 				c.subs.publish(Event{Kind: EventReleased, Node: c.cfg.Name, Partition: a.Partition, Token: a.Token, Time: now, Cause: a.Cause})
@@ -452,7 +452,7 @@ func (l *loop) perform() {
 // serve lets callers have a fenced, acquired lease.
 func (l *loop) serve(a machine.Action) {
 	c := l.c
-	if l.reg.serve(a.Token) == nil {
+	if l.leases.serve(a.Token) == nil {
 		return
 	}
 	waited := time.Duration(a.Waited) * c.cfg.TickInterval

@@ -86,12 +86,17 @@ func Stale(t, current Token) error { return &StaleTokenError{Token: t, Current: 
 // errors.Is(err, ErrNotFenced) holds. Pass it to the coordinator's
 // ReportStale: the lease ends and a new one is fenced.
 type NotFencedError struct {
-	Token Token // the token that was refused
-	Mark  Token // the partition's mark at the resource (zero if none)
+	Token   Token // the token that was refused
+	Current Token // the partition's mark at the resource (zero if none)
+	// Mark is Current, under its old name.
+	//
+	// Deprecated: use Current, the name StaleTokenError and ConflictError
+	// give the mark too.
+	Mark Token
 }
 
 func (e *NotFencedError) Error() string {
-	return fmt.Sprintf("%v: %v is above the mark %v", ErrNotFenced, e.Token, e.Mark)
+	return fmt.Sprintf("%v: %v is above the mark %v", ErrNotFenced, e.Token, e.Current)
 }
 
 // Is makes errors.Is(err, ErrNotFenced) true.
@@ -118,6 +123,7 @@ var (
 	// ErrLeaseTimeout: the handler's Acquire or Release overran its
 	// deadline.
 	ErrLeaseTimeout = fmt.Errorf("%w: handler timed out", ErrLeaseEnded)
-	// ErrLeaseFailed: fencing or the handler's Acquire failed.
-	ErrLeaseFailed = fmt.Errorf("%w: acquire failed", ErrLeaseEnded)
+	// ErrLeaseFailed: fencing the resource, or the handler's Acquire after
+	// it, failed (its message says both, as it is either).
+	ErrLeaseFailed = fmt.Errorf("%w: fence or acquire failed", ErrLeaseEnded)
 )

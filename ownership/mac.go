@@ -48,7 +48,7 @@ func NewKeyring(primary Key, others ...Key) (*Keyring, error) {
 	k := &Keyring{}
 	for i, key := range append([]Key{primary}, others...) {
 		if len(key) < MinKeySize {
-			return nil, fmt.Errorf("tenure: key %d is %d bytes, at least %d needed", i, len(key), MinKeySize)
+			return nil, fmt.Errorf("ownership: key %d is %d bytes, at least %d needed", i, len(key), MinKeySize)
 		}
 		mk := &macKey{key: append([]byte(nil), key...)}
 		mk.pool.New = func() any { return hmac.New(sha256.New, mk.key) }

@@ -61,7 +61,7 @@ import (
 // capture messages to replay.
 
 // ErrWrongCluster: a gossip message names another cluster.
-var ErrWrongCluster = errors.New("tenure: gossip from another cluster")
+var ErrWrongCluster = errors.New("gossip: gossip from another cluster")
 
 // MaxEpochJump is the most a heard claim may raise a partition's epoch above
 // what the node knew (see Register.ObserveHeard). A cluster moves a

@@ -35,7 +35,7 @@ var _ ownership.Authority = (*Authority)(nil)
 // minted.
 func NewAuthority(r *Register, keys *ownership.Keyring) (*Authority, error) {
 	if r == nil {
-		return nil, errors.New("tenure: gossip authority needs a register")
+		return nil, errors.New("gossip: gossip authority needs a register")
 	}
 	return &Authority{reg: r, keys: keys}, nil
 }
@@ -53,10 +53,10 @@ func (a *Authority) Claim(ctx context.Context, p uint32, n ownership.Node, seen 
 		return ownership.Token{}, err
 	}
 	if n.Name == "" || len(n.Name) > ownership.MaxOwnerSize {
-		return ownership.Token{}, fmt.Errorf("tenure: node name must be 1 to %d bytes, got %d", ownership.MaxOwnerSize, len(n.Name))
+		return ownership.Token{}, fmt.Errorf("gossip: node name must be 1 to %d bytes, got %d", ownership.MaxOwnerSize, len(n.Name))
 	}
 	if !seen.IsZero() && seen.Partition != p {
-		return ownership.Token{}, fmt.Errorf("tenure: claiming partition %d with a token of partition %d seen", p, seen.Partition)
+		return ownership.Token{}, fmt.Errorf("gossip: claiming partition %d with a token of partition %d seen", p, seen.Partition)
 	}
 	return a.reg.mint(p, seen.Epoch, n, a.keys.Sign)
 }

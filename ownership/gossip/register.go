@@ -114,7 +114,7 @@ type Register struct {
 // at most MaxPartitions.
 func NewRegister(partitions int) (*Register, error) {
 	if partitions < 1 || partitions > MaxPartitions {
-		return nil, fmt.Errorf("tenure: register needs 1 to %d partitions, got %d", MaxPartitions, partitions)
+		return nil, fmt.Errorf("gossip: register needs 1 to %d partitions, got %d", MaxPartitions, partitions)
 	}
 	return &Register{claims: make([]Claim, partitions)}, nil
 }
@@ -213,7 +213,7 @@ func (r *Register) snapshot() []Claim {
 // registers may merge into each other concurrently.
 func (r *Register) Merge(other *Register) ([]Claim, error) {
 	if other == nil {
-		return nil, errors.New("tenure: merging a nil register")
+		return nil, errors.New("gossip: merging a nil register")
 	}
 	if len(other.claims) != len(r.claims) {
 		return nil, fmt.Errorf("%w: merging a register of %d partitions into one of %d",
@@ -242,7 +242,7 @@ func (r *Register) mint(p uint32, seen uint64, n ownership.Node, sign func(owner
 	defer r.mu.Unlock()
 	e := max(r.claims[p].Token.Epoch, seen)
 	if e == math.MaxUint64 {
-		return ownership.Token{}, fmt.Errorf("tenure: epoch of partition %d exhausted", p)
+		return ownership.Token{}, fmt.Errorf("gossip: epoch of partition %d exhausted", p)
 	}
 	t := ownership.Token{Partition: p, Epoch: e + 1, Owner: n.Name, Incarnation: n.Incarnation}
 	if sign != nil {

@@ -242,12 +242,12 @@ type MachineConfig struct {
 func (c MachineConfig) Validate() error {
 	switch {
 	case c.Self.Name == "":
-		return errors.New("ownership: MachineConfig.Self.Name is empty")
+		return errors.New("machine: MachineConfig.Self.Name is empty")
 	case c.Partitions <= 0 || c.Partitions > gossip.MaxPartitions:
-		return fmt.Errorf("ownership: MachineConfig.Partitions = %d, want 1 to %d", c.Partitions, gossip.MaxPartitions)
+		return fmt.Errorf("machine: MachineConfig.Partitions = %d, want 1 to %d", c.Partitions, gossip.MaxPartitions)
 	case c.GraceTicks < 0 || c.HandoffTicks < 0 || c.StepDownTicks < 0 || c.StableAfterTicks < 0 ||
 		c.RetryTicks < 0 || c.MaxRetryTicks < 0 || c.AcquireTicks < 0 || c.ReleaseTicks < 0 || c.MinQuorum < 0 || c.MaxClaims < 0:
-		return errors.New("ownership: MachineConfig counts must not be negative")
+		return errors.New("machine: MachineConfig counts must not be negative")
 	}
 	return nil
 }
@@ -409,7 +409,7 @@ func (m *Machine) Idle() bool {
 // SetView installs a new view of the membership.
 func (m *Machine) SetView(v View) error {
 	if v.Placement != nil && v.Placement.Partitions() != m.cfg.Partitions {
-		return fmt.Errorf("ownership: placement has %d partitions, machine %d", v.Placement.Partitions(), m.cfg.Partitions)
+		return fmt.Errorf("machine: placement has %d partitions, machine %d", v.Placement.Partitions(), m.cfg.Partitions)
 	}
 	fp := func(p Placement) uint64 {
 		if p == nil {
@@ -524,7 +524,7 @@ func (m *Machine) Claimed(p uint32, t ownership.Token, err error) {
 	}
 	m.claiming--
 	if err == nil && (t.Partition != p || t.Node() != m.cfg.Self) {
-		err = fmt.Errorf("ownership: authority answered %v to a claim of p%d by %v", t, p, m.cfg.Self)
+		err = fmt.Errorf("machine: authority answered %v to a claim of p%d by %v", t, p, m.cfg.Self)
 	}
 	if err != nil {
 		s.phase = Unowned
