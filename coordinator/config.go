@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/machine"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -166,7 +166,7 @@ type Config struct {
 	// can make every node hold back while it advertises a newer stable
 	// membership, and a forged stable membership naming a quorum of real
 	// members plus some that do not exist is adopted (one naming none that
-	// exist, or jumping more than ownership.MaxStableJump versions, is
+	// exist, or jumping more than quorum.MaxStableJump versions, is
 	// not).
 	// Optional.
 	TokenKeys *ownership.Keyring
@@ -463,9 +463,9 @@ func (c Config) ticks(d time.Duration) int {
 const maxClaims = 16
 
 // machineConfig is the state machine's configuration for node self.
-func (c Config) machineConfig(self ownership.Node) ownership.MachineConfig {
+func (c Config) machineConfig(self ownership.Node) machine.MachineConfig {
 	strict := c.Authority != nil && c.Authority.Strict()
-	return ownership.MachineConfig{
+	return machine.MachineConfig{
 		Self:             self,
 		Partitions:       c.Ring.Partitions,
 		Bootstrap:        len(c.Seeds) == 0,

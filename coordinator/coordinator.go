@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/machine"
+	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -40,11 +42,11 @@ type Coordinator struct {
 	self ownership.Node
 	log  *slog.Logger
 
-	reg    *ownership.Register // claims heard and made, gossiped
+	reg    *gossip.Register // claims heard and made, gossiped
 	auth   ownership.Authority
 	view   atomic.Pointer[view]
 	leases *registry // written by the loop only; Lease reads its served slots
-	stable atomic.Pointer[ownership.Stable]
+	stable atomic.Pointer[quorum.Stable]
 
 	pushMu   sync.Mutex // serializes memberlist's UpdateNode
 	metaMu   sync.Mutex
@@ -129,7 +131,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	reg, err := ownership.NewRegister(cfg.Ring.Partitions)
+	reg, err := gossip.NewRegister(cfg.Ring.Partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -153,12 +155,12 @@ func New(cfg Config) (*Coordinator, error) {
 		c.report(input{kind: inEnded, token: t})
 	})
 	if c.auth == nil {
-		if c.auth, err = ownership.NewGossipAuthority(reg, cfg.TokenKeys); err != nil {
+		if c.auth, err = gossip.NewAuthority(reg, cfg.TokenKeys); err != nil {
 			return nil, err
 		}
 		c.cfg.Authority = c.auth
 	}
-	c.stable.Store(&ownership.Stable{})
+	c.stable.Store(&quorum.Stable{})
 	c.metaVal = meta{
 		Cluster:     cfg.ClusterName,
 		RingVersion: ring.AlgorithmVersion,
@@ -321,7 +323,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 			return err
 		}
 	}
-	m, err := ownership.NewMachine(c.cfg.machineConfig(c.self))
+	m, err := machine.NewMachine(c.cfg.machineConfig(c.self))
 	if err != nil {
 		return err
 	}
@@ -863,7 +865,7 @@ func (c *Coordinator) Resign(ctx context.Context, p uint32) error {
 //     once, and the node won't claim the partition again until membership
 //     changes (L5). The resource's current token is believed only if it is
 //     authentic (a valid MAC, when Config.TokenKeys is set) and no more
-//     than ownership.MaxEpochJump above what this node knows: a resource
+//     than gossip.MaxEpochJump above what this node knows: a resource
 //     can't make a partition unclaimable;
 //   - a *ownership.NotFencedError for this node's token: the resource lost
 //     its fence (a reset, a restore); the lease ends, the handler is told,

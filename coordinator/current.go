@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 )
 
 // errUnbelievedCurrent: a resource refused a token as stale, but the
@@ -17,7 +18,7 @@ var errUnbelievedCurrent = errors.New("coordinator: a resource answered stale wi
 // refused t as stale, is not believed, or returns nil. A resource is
 // input from the network, like gossip: a current token is believed only
 // if it is of t's partition and above t, authentic (a valid MAC, when
-// Config.TokenKeys is set), and no more than ownership.MaxEpochJump above
+// Config.TokenKeys is set), and no more than gossip.MaxEpochJump above
 // what this node knows. So no resource can make a partition unclaimable
 // ("epoch exhausted") by naming a current token of epoch 2^64-1.
 func (c *Coordinator) currentError(t, cur ownership.Token) error {
@@ -29,7 +30,7 @@ func (c *Coordinator) currentError(t, cur ownership.Token) error {
 			return err
 		}
 	}
-	if known := max(c.reg.Get(cur.Partition).Epoch, t.Epoch); cur.Epoch-known > ownership.MaxEpochJump {
+	if known := max(c.reg.Get(cur.Partition).Epoch, t.Epoch); cur.Epoch-known > gossip.MaxEpochJump {
 		return fmt.Errorf("current token %v jumps %d epochs above %d", cur, cur.Epoch-known, known)
 	}
 	return nil

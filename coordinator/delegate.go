@@ -7,8 +7,9 @@ import (
 	"sync"
 
 	"github.com/hashicorp/memberlist"
-
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -27,10 +28,10 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 // NotifyMsg implements memberlist.Delegate: a gossiped claim, release or
-// stable membership. Whatever fails OpenGossip's checks for the broadcast
+// stable membership. Whatever fails gossip.Open's checks for the broadcast
 // channel is dropped, a state among them.
 func (d *delegate) NotifyMsg(b []byte) {
-	m, err := ownership.OpenGossip(b, ownership.GossipBroadcast, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
+	m, err := gossip.Open(b, gossip.Broadcast, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
 	if err != nil {
 		d.c.log.Debug("dropped gossip", "err", err)
 		d.c.metrics.gossipDropped.Inc()
@@ -53,8 +54,8 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 // LocalState implements memberlist.Delegate: the stable membership and the
 // whole claim register, for push/pull anti-entropy.
 func (d *delegate) LocalState(join bool) []byte {
-	b, err := ownership.GossipMessage{
-		Kind: ownership.GossipState, Cluster: d.c.cfg.ClusterName, Sender: d.c.cfg.Name,
+	b, err := gossip.Message{
+		Kind: gossip.KindState, Cluster: d.c.cfg.ClusterName, Sender: d.c.cfg.Name,
 		Stable: *d.c.stable.Load(), Register: d.c.reg,
 	}.Seal(d.c.cfg.TokenKeys)
 	if err != nil {
@@ -70,13 +71,13 @@ func (d *delegate) LocalState(join bool) []byte {
 // from a push/pull. It runs on memberlist's stream goroutine, where
 // nothing recovers a panic, and its input comes from whoever opened a TCP
 // connection to the gossip port (memberlist checks metadata only on joins):
-// whatever fails OpenGossip's checks for the push/pull channel, a claim or
+// whatever fails gossip.Open's checks for the push/pull channel, a claim or
 // stable membership among them, is dropped.
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	if len(buf) == 0 {
 		return
 	}
-	m, err := ownership.OpenGossip(buf, ownership.GossipPushPull, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
+	m, err := gossip.Open(buf, gossip.PushPull, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
 	if err == nil && m.Register.Partitions() != d.c.reg.Partitions() {
 		err = fmt.Errorf("register of %d partitions, want %d", m.Register.Partitions(), d.c.reg.Partitions())
 	}
@@ -179,7 +180,7 @@ func (b *namedBroadcast) Message() []byte { return b.msg }
 func (b *namedBroadcast) Finished()       {}
 
 // broadcast queues m for gossip under name.
-func (c *Coordinator) broadcast(name string, m ownership.GossipMessage) {
+func (c *Coordinator) broadcast(name string, m gossip.Message) {
 	m.Cluster, m.Sender = c.cfg.ClusterName, c.cfg.Name
 	msg, err := m.Seal(c.cfg.TokenKeys)
 	if err != nil {
@@ -191,13 +192,13 @@ func (c *Coordinator) broadcast(name string, m ownership.GossipMessage) {
 }
 
 // broadcastClaim queues cl for gossip.
-func (c *Coordinator) broadcastClaim(cl ownership.Claim) {
-	c.broadcast(strconv.FormatUint(uint64(cl.Token.Partition), 10), ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: cl})
+func (c *Coordinator) broadcastClaim(cl gossip.Claim) {
+	c.broadcast(strconv.FormatUint(uint64(cl.Token.Partition), 10), gossip.Message{Kind: gossip.KindClaim, Claim: cl})
 }
 
 // broadcastStable queues s for gossip, when it fits in a packet (push/pull
 // carries it in any case).
-func (c *Coordinator) broadcastStable(s ownership.Stable) {
+func (c *Coordinator) broadcastStable(s quorum.Stable) {
 	n := 0
 	for _, m := range s.Members {
 		n += len(m) + 1
@@ -205,7 +206,7 @@ func (c *Coordinator) broadcastStable(s ownership.Stable) {
 	if n > 1000 {
 		return
 	}
-	c.broadcast("stable", ownership.GossipMessage{Kind: ownership.GossipStable, Stable: s})
+	c.broadcast("stable", gossip.Message{Kind: gossip.KindStable, Stable: s})
 }
 
 // nodeSet is the coordinator's copy of memberlist's live members, with

@@ -15,6 +15,8 @@ import (
 
 	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -125,7 +127,7 @@ func splitHostPort(t *testing.T, addr string) ([]byte, uint16) {
 	return nil, 0
 }
 
-func seal(t *testing.T, m ownership.GossipMessage, keys *ownership.Keyring) []byte {
+func seal(t *testing.T, m gossip.Message, keys *ownership.Keyring) []byte {
 	t.Helper()
 	b, err := m.Seal(keys)
 	if err != nil {
@@ -199,21 +201,21 @@ func TestForgedGossipCannotMakeAPartitionUnclaimable(t *testing.T) {
 	// last epoch.
 	bc := newIntruder(t, "evil", nil, nil)
 	before0 := droppedNow(tc.all())
-	bc.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "other", Sender: "evil", Claim: ownership.Claim{Token: huge}}, nil))
-	bc.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "tenure", Sender: "evil", Claim: ownership.Claim{Token: huge}}, nil))
+	bc.sendTo(t, tc.all(), seal(t, gossip.Message{Kind: gossip.KindClaim, Cluster: "other", Sender: "evil", Claim: gossip.Claim{Token: huge}}, nil))
+	bc.sendTo(t, tc.all(), seal(t, gossip.Message{Kind: gossip.KindClaim, Cluster: "tenure", Sender: "evil", Claim: gossip.Claim{Token: huge}}, nil))
 	// Each message went by UDP and TCP: four refusals per node.
 	waitDropped(ctx, t, tc.all(), before0, 4)
 
 	// Push/pull: a node with acceptable metadata whose state holds the
 	// last epoch for p, in an envelope of another cluster and of this one.
-	reg, err := ownership.NewRegister(testPartitions)
+	reg, err := gossip.NewRegister(testPartitions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg.ObserveClaim(ownership.Claim{Token: huge})
+	reg.ObserveClaim(gossip.Claim{Token: huge})
 	for _, cluster := range []string{"other", "tenure"} {
 		before1 := droppedNow(tc.all())
-		state := seal(t, ownership.GossipMessage{Kind: ownership.GossipState, Cluster: cluster, Sender: "evil-" + cluster, Register: reg}, nil)
+		state := seal(t, gossip.Message{Kind: gossip.KindState, Cluster: cluster, Sender: "evil-" + cluster, Register: reg}, nil)
 		in := newIntruder(t, "evil-"+cluster, leavingMeta(t, "tenure"), state)
 		for _, n := range tc.all() {
 			if _, err := in.ml.Join([]string{n.c.GossipAddr()}); err != nil {
@@ -283,8 +285,8 @@ func TestKeyedClusterRefusesUnauthenticatedInput(t *testing.T) {
 	next := ownership.Token{Partition: p, Epoch: lease.Token().Epoch + 1, Owner: rival.name, Incarnation: rival.c.Self().Incarnation}
 	in := newIntruder(t, "evil", nil, nil)
 	before := droppedNow(tc.all())
-	in.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "tenure", Sender: rival.name, Claim: ownership.Claim{Token: next}}, nil))
-	in.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: "tenure", Sender: rival.name, Claim: ownership.Claim{Token: other.Sign(next)}}, other))
+	in.sendTo(t, tc.all(), seal(t, gossip.Message{Kind: gossip.KindClaim, Cluster: "tenure", Sender: rival.name, Claim: gossip.Claim{Token: next}}, nil))
+	in.sendTo(t, tc.all(), seal(t, gossip.Message{Kind: gossip.KindClaim, Cluster: "tenure", Sender: rival.name, Claim: gossip.Claim{Token: other.Sign(next)}}, other))
 	waitDropped(ctx, t, tc.all(), before, 4)
 	if lease.Err() != nil {
 		t.Fatalf("an unauthenticated claim ended the owner's lease: %v", lease.Err())
@@ -344,7 +346,7 @@ func TestKeyedClusterRefusesUnauthenticatedInput(t *testing.T) {
 
 // forgedMeta is node metadata that passes every check but authentication:
 // this cluster and ring, and the stable membership id given.
-func forgedMeta(t *testing.T, name string, id ownership.StableID, leaving bool, keys *ownership.Keyring) []byte {
+func forgedMeta(t *testing.T, name string, id quorum.StableID, leaving bool, keys *ownership.Keyring) []byte {
 	t.Helper()
 	b, err := meta{Cluster: "tenure", RingVersion: ring.AlgorithmVersion, Incarnation: 7, Stable: id, Leaving: leaving}.encode(name, keys)
 	if err != nil {
@@ -371,7 +373,7 @@ func TestForgedMetadataCannotHaltAKeyedCluster(t *testing.T) {
 	tc.startNodes(ctx, "m", 3)
 	tc.waitConverged(ctx)
 
-	huge := ownership.StableID{Version: math.MaxUint64, Hash: 1}
+	huge := quorum.StableID{Version: math.MaxUint64, Hash: 1}
 	forgers := []*intruder{
 		newIntruder(t, "evil-unsigned", forgedMeta(t, "evil-unsigned", huge, false, nil), nil),
 		newIntruder(t, "evil-leaving", forgedMeta(t, "evil-leaving", huge, true, nil), nil),
@@ -441,28 +443,28 @@ func TestForgedStableMembershipCannotHaltTheCluster(t *testing.T) {
 			tc.startNodes(ctx, "s", 3)
 			tc.waitConverged(ctx)
 
-			ghosts := ownership.NewStable(1<<20, []string{"ghost-1", "ghost-2", "ghost-3"})
-			huge := ownership.NewStable(math.MaxUint64, names(tc.all()))
+			ghosts := quorum.NewStable(1<<20, []string{"ghost-1", "ghost-2", "ghost-3"})
+			huge := quorum.NewStable(math.MaxUint64, names(tc.all()))
 			// A push/pull whose register holds a claim (a release one epoch
 			// above p's owner) that shows when the state was merged.
 			const p = 5
 			_, lease := ownerOf(t, tc, p)
-			mark := ownership.Claim{Token: lease.Token(), Released: true}
+			mark := gossip.Claim{Token: lease.Token(), Released: true}
 			mark.Token.Epoch++
 			mark.Token = keys.Sign(mark.Token)
-			reg, err := ownership.NewRegister(testPartitions)
+			reg, err := gossip.NewRegister(testPartitions)
 			if err != nil {
 				t.Fatal(err)
 			}
 			reg.ObserveClaim(mark)
-			state := seal(t, ownership.GossipMessage{Kind: ownership.GossipState, Cluster: "tenure", Sender: "evil", Stable: ghosts, Register: reg}, nil)
+			state := seal(t, gossip.Message{Kind: gossip.KindState, Cluster: "tenure", Sender: "evil", Stable: ghosts, Register: reg}, nil)
 			md := leavingMeta(t, "tenure")
 			if keyed {
 				md = forgedMeta(t, "evil", ghosts.ID(), true, nil)
 			}
 			in := newIntruder(t, "evil", md, state)
 			bc := newIntruder(t, "evil-broadcast", nil, nil)
-			bc.sendTo(t, tc.all(), seal(t, ownership.GossipMessage{Kind: ownership.GossipStable, Cluster: "tenure", Sender: "evil-broadcast", Stable: huge}, nil))
+			bc.sendTo(t, tc.all(), seal(t, gossip.Message{Kind: gossip.KindStable, Cluster: "tenure", Sender: "evil-broadcast", Stable: huge}, nil))
 			for _, n := range tc.all() {
 				_, _ = in.ml.Join([]string{n.c.GossipAddr()})
 			}

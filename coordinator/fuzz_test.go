@@ -10,6 +10,8 @@ import (
 
 	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -98,16 +100,16 @@ func feedAll(t *testing.T, c *Coordinator, b []byte, join bool) {
 // FuzzDelegateBytes: arbitrary bytes, as gossip and as metadata.
 func FuzzDelegateBytes(f *testing.F) {
 	keys := metaKeys(f, fuzzKey)
-	reg, err := ownership.NewRegister(testPartitions)
+	reg, err := gossip.NewRegister(testPartitions)
 	if err != nil {
 		f.Fatal(err)
 	}
-	reg.ObserveClaim(ownership.Claim{Token: keys.Sign(ownership.Token{Partition: 1, Epoch: 2, Owner: "x", Incarnation: 3})})
+	reg.ObserveClaim(gossip.Claim{Token: keys.Sign(ownership.Token{Partition: 1, Epoch: 2, Owner: "x", Incarnation: 3})})
 	for _, k := range []*ownership.Keyring{nil, keys} {
-		for _, m := range []ownership.GossipMessage{
-			{Kind: ownership.GossipClaim, Claim: ownership.Claim{Token: k.Sign(ownership.Token{Partition: 1, Epoch: 9, Owner: "x", Incarnation: 3})}},
-			{Kind: ownership.GossipStable, Stable: ownership.NewStable(4, []string{"a", "b"})},
-			{Kind: ownership.GossipState, Stable: ownership.NewStable(4, []string{"a", "b"}), Register: reg},
+		for _, m := range []gossip.Message{
+			{Kind: gossip.KindClaim, Claim: gossip.Claim{Token: k.Sign(ownership.Token{Partition: 1, Epoch: 9, Owner: "x", Incarnation: 3})}},
+			{Kind: gossip.KindStable, Stable: quorum.NewStable(4, []string{"a", "b"})},
+			{Kind: gossip.KindState, Stable: quorum.NewStable(4, []string{"a", "b"}), Register: reg},
 		} {
 			m.Cluster, m.Sender = "tenure", "x"
 			b, err := m.Seal(k)
@@ -161,11 +163,11 @@ func FuzzDelegateSigned(f *testing.F) {
 		if members != "" {
 			names = strings.Split(members, ",")
 		}
-		st := ownership.NewStable(version, names)
-		claim := ownership.Claim{Token: k.Sign(ownership.Token{Partition: part % (2 * testPartitions), Epoch: epoch, Owner: owner, Incarnation: inc}), Released: released}
-		m := ownership.GossipMessage{Kind: ownership.GossipKind(kind%3 + 1), Cluster: "tenure", Sender: "fz-peer", Claim: claim, Stable: st}
-		if m.Kind == ownership.GossipState {
-			reg, err := ownership.NewRegister(testPartitions)
+		st := quorum.NewStable(version, names)
+		claim := gossip.Claim{Token: k.Sign(ownership.Token{Partition: part % (2 * testPartitions), Epoch: epoch, Owner: owner, Incarnation: inc}), Released: released}
+		m := gossip.Message{Kind: gossip.Kind(kind%3 + 1), Cluster: "tenure", Sender: "fz-peer", Claim: claim, Stable: st}
+		if m.Kind == gossip.KindState {
+			reg, err := gossip.NewRegister(testPartitions)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,7 +182,7 @@ func FuzzDelegateSigned(f *testing.F) {
 				// On the wrong channel: dropped, whoever signed it.
 				n := dropped(c)
 				wrong, own := func() { d.MergeRemoteState(msg, join) }, func() { d.NotifyMsg(msg) }
-				if m.Kind.Channel() == ownership.GossipPushPull {
+				if m.Kind.Channel() == gossip.PushPull {
 					wrong, own = own, wrong
 				}
 				if p := panicOf(wrong); p != nil {

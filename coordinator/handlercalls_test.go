@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure/coordinator/faultnet"
 	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/transport/faultnet"
 )
 
 // callLog is a Handler that records every call: how many times each
@@ -167,8 +168,8 @@ func TestLostLeasesCallReleaseOnce(t *testing.T) {
 	heard := leases[0]
 	rival := tc.node("h1")
 	higher := ownership.Token{Partition: heard.Partition(), Epoch: heard.Token().Epoch + 1, Owner: rival.name, Incarnation: rival.c.Self().Incarnation}
-	newIntruder(t, "evil", nil, nil).sendTo(t, []*testNode{n0}, seal(t, ownership.GossipMessage{
-		Kind: ownership.GossipClaim, Cluster: "tenure", Sender: rival.name, Claim: ownership.Claim{Token: higher}}, nil))
+	newIntruder(t, "evil", nil, nil).sendTo(t, []*testNode{n0}, seal(t, gossip.Message{
+		Kind: gossip.KindClaim, Cluster: "tenure", Sender: rival.name, Claim: gossip.Claim{Token: higher}}, nil))
 	if err := waitEnded(ctx, t, heard, "a higher claim heard"); !errors.Is(err, ownership.ErrLeaseSuperseded) {
 		t.Fatalf("a higher claim ended the lease with %v, want ErrLeaseSuperseded", err)
 	}

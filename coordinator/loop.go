@@ -10,6 +10,9 @@ import (
 
 	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/machine"
+	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -21,8 +24,8 @@ import (
 
 // heard is what gossip brought: claims and a stable membership.
 type heard struct {
-	claims []ownership.Claim
-	stable ownership.Stable
+	claims []gossip.Claim
+	stable quorum.Stable
 }
 
 // inbox queues what memberlist's delegate callbacks hand over, without
@@ -82,8 +85,8 @@ type input struct {
 // loop owns the state machine and the lease registry.
 type loop struct {
 	c       *Coordinator
-	m       *ownership.Machine
-	reg     *registry
+	m       *machine.Machine
+	leases  *registry
 	workers sync.WaitGroup
 	known   map[string]knownMember // for rejoin
 	names   []string               // the current table's members, sorted
@@ -105,11 +108,11 @@ type knownMember struct {
 	lastSeen time.Time
 }
 
-func newLoop(c *Coordinator, m *ownership.Machine) *loop {
+func newLoop(c *Coordinator, m *machine.Machine) *loop {
 	return &loop{
 		c:       c,
 		m:       m,
-		reg:     c.leases,
+		leases:  c.leases,
 		known:   make(map[string]knownMember),
 		leavers: make(map[string]bool),
 		reach:   reach.New(reachConfig(c.cfg), rand.New(rand.NewPCG(c.cfg.Rand.Uint64(), c.cfg.Rand.Uint64()))),
@@ -156,7 +159,7 @@ func (l *loop) run() {
 			l.m.Leave()
 		}
 		l.perform()
-		l.reg.gc()
+		l.leases.gc()
 		if c.leaving.Load() && !l.idle && l.m.Idle() {
 			l.idle = true
 			close(c.idleCh)
@@ -204,7 +207,7 @@ func (l *loop) heard(hs []heard, relay bool) {
 }
 
 // holderChanged tells subscribers who holds a partition now.
-func (l *loop) holderChanged(cl ownership.Claim) {
+func (l *loop) holderChanged(cl gossip.Claim) {
 	e := Event{Kind: EventHolderChanged, Partition: cl.Token.Partition, Token: cl.Token, Time: l.c.cfg.Clock.Now()}
 	if !cl.Released {
 		e.Node = cl.Token.Owner
@@ -218,7 +221,7 @@ func (l *loop) refreshMembers() {
 	c := l.c
 	live, left := c.nodes.snapshot()
 	members := make(map[string]ownership.Member)
-	var vms []ownership.ViewMember
+	var vms []machine.ViewMember
 	var placed []string
 	now := c.cfg.Clock.Now()
 	for _, e := range live {
@@ -227,7 +230,7 @@ func (l *loop) refreshMembers() {
 		}
 		members[e.member.Name] = e.member
 		l.known[e.member.Name] = knownMember{addr: e.member.GossipAddr, lastSeen: now}
-		vms = append(vms, ownership.ViewMember{Name: e.member.Name, Incarnation: e.meta.Incarnation, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
+		vms = append(vms, machine.ViewMember{Name: e.member.Name, Incarnation: e.meta.Incarnation, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
 		if !e.meta.Leaving {
 			placed = append(placed, e.member.Name)
 		}
@@ -266,12 +269,12 @@ func (l *loop) refreshMembers() {
 		// any more.
 	}
 	c.view.Store(v)
-	var pl ownership.Placement
+	var pl machine.Placement
 	if v.table != nil && len(placed) > 0 {
 		pl = v.table
 	}
 	c.metrics.members.Set(float64(len(members)))
-	if err := l.m.SetView(ownership.View{Members: vms, Placement: pl, Left: left}); err != nil {
+	if err := l.m.SetView(machine.View{Members: vms, Placement: pl, Left: left}); err != nil {
 		c.log.Error("view", "err", err)
 	}
 }
@@ -374,17 +377,17 @@ func (l *loop) apply(in input) {
 		l.m.NotFenced(in.token)
 	case inResign:
 		ph, tok := l.m.Phase(in.partition)
-		if ph < ownership.Fencing || ph == ownership.Releasing {
+		if ph < machine.Fencing || ph == machine.Releasing {
 			in.done <- ownership.ErrLeaseEnded
 			return
 		}
 		l.m.Resign(tok, false)
 		in.done <- nil
 	case inEnded:
-		if e := l.reg.get(in.token); e != nil && !e.ended {
+		if e := l.leases.get(in.token); e != nil && !e.ended {
 			// A handler ended its lease itself: that is a resignation.
-			l.reg.unserve(in.token)
-			l.reg.markEnded(in.token, e)
+			l.leases.unserve(in.token)
+			l.leases.markEnded(in.token, e)
 			l.m.Resign(in.token, true)
 		}
 	case inJoined:
@@ -395,7 +398,7 @@ func (l *loop) apply(in input) {
 }
 
 func (l *loop) workerDone(t ownership.Token) {
-	if e := l.reg.get(t); e != nil {
+	if e := l.leases.get(t); e != nil {
 		e.workers--
 	}
 }
@@ -405,30 +408,30 @@ func (l *loop) perform() {
 	c := l.c
 	for _, a := range l.m.Ready() {
 		switch a.Kind {
-		case ownership.ActClaim:
+		case machine.ActClaim:
 			c.metrics.claims.Inc()
 			l.goClaim(a.Partition, a.Token)
-		case ownership.ActFence:
-			l.goFence(l.reg.start(a.Token))
-		case ownership.ActAcquire:
-			l.goAcquire(l.reg.start(a.Token))
-		case ownership.ActServe:
+		case machine.ActFence:
+			l.goFence(l.leases.start(a.Token))
+		case machine.ActAcquire:
+			l.goAcquire(l.leases.start(a.Token))
+		case machine.ActServe:
 			l.serve(a)
-		case ownership.ActRelease:
-			if e := l.reg.get(a.Token); e != nil {
+		case machine.ActRelease:
+			if e := l.leases.get(a.Token); e != nil {
 				if a.Cause == nil {
-					l.reg.unserve(a.Token)
+					l.leases.unserve(a.Token)
 				}
 				l.goRelease(e, a.Cause)
 			}
-		case ownership.ActEnd:
-			if l.reg.end(a.Token, a.Cause) {
+		case machine.ActEnd:
+			if l.leases.end(a.Token, a.Cause) {
 				now := c.cfg.Clock.Now()
 				c.log.Debug("lease ended", "token", a.Token, "cause", causeText(a.Cause))
 				c.subs.publish(Event{Kind: EventReleased, Node: c.cfg.Name, Partition: a.Partition, Token: a.Token, Time: now, Cause: a.Cause})
 			}
-		case ownership.ActPublish:
-			cl := ownership.Claim{Token: a.Token, Released: a.Released}
+		case machine.ActPublish:
+			cl := gossip.Claim{Token: a.Token, Released: a.Released}
 			if c.reg.ObserveClaim(cl) {
 				l.holderChanged(cl)
 			}
@@ -436,20 +439,20 @@ func (l *loop) perform() {
 			if a.Released {
 				c.metrics.releases.Inc()
 			}
-		case ownership.ActStable:
+		case machine.ActStable:
 			l.stable(a.Stable)
-		case ownership.ActSync:
+		case machine.ActSync:
 			l.sync(a.Node)
-		case ownership.ActQuorum:
+		case machine.ActQuorum:
 			l.quorum(a.OK)
 		}
 	}
 }
 
 // serve lets callers have a fenced, acquired lease.
-func (l *loop) serve(a ownership.Action) {
+func (l *loop) serve(a machine.Action) {
 	c := l.c
-	if l.reg.serve(a.Token) == nil {
+	if l.leases.serve(a.Token) == nil {
 		return
 	}
 	waited := time.Duration(a.Waited) * c.cfg.TickInterval
@@ -465,7 +468,7 @@ func (l *loop) serve(a ownership.Action) {
 // stable keeps a new stable membership for gossip: in push/pull state, in
 // this node's metadata (so others see their own is outdated), and in a
 // broadcast.
-func (l *loop) stable(s ownership.Stable) {
+func (l *loop) stable(s quorum.Stable) {
 	c := l.c
 	c.stable.Store(&s)
 	c.broadcastStable(s)

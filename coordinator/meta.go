@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 // metaVersion is the version of the node metadata encoding. Version 3
@@ -43,7 +44,7 @@ type meta struct {
 	ServiceAddr string // the application's endpoint
 	// Stable names the stable membership the node holds, so that a node
 	// whose own is older learns it is outdated from the member list alone.
-	Stable ownership.StableID
+	Stable quorum.StableID
 	// Leaving: the node is handing its partitions off; it places nothing.
 	Leaving bool
 	// Gone: the goodbye. The handoff is over and the node leaves the

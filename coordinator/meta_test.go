@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 func metaKeys(t testing.TB, key string) *ownership.Keyring {
@@ -22,7 +23,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	for _, m := range []meta{
 		{},
 		{Cluster: "c", RingVersion: "v1", Incarnation: 1<<64 - 1, ServiceAddr: "127.0.0.1:9000"},
-		{Cluster: "c", Stable: ownership.StableID{Version: 3, Hash: 1<<64 - 1}, Leaving: true},
+		{Cluster: "c", Stable: quorum.StableID{Version: 3, Hash: 1<<64 - 1}, Leaving: true},
 		{Cluster: "c", Leaving: true, Gone: true},
 	} {
 		for _, k := range []*ownership.Keyring{nil, keys} {
@@ -53,7 +54,7 @@ func TestMetaRoundTrip(t *testing.T) {
 func TestMetaAuthentication(t *testing.T) {
 	keys := metaKeys(t, "tenure test token key, 32 bytes")
 	other := metaKeys(t, "another cluster's token key....")
-	m := meta{Cluster: "tenure", RingVersion: "v", Incarnation: 7, Stable: ownership.StableID{Version: 1<<64 - 1, Hash: 1}}
+	m := meta{Cluster: "tenure", RingVersion: "v", Incarnation: 7, Stable: quorum.StableID{Version: 1<<64 - 1, Hash: 1}}
 	enc := func(name string, k *ownership.Keyring) []byte {
 		b, err := m.encode(name, k)
 		if err != nil {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure/coordinator/faultnet"
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/transport/faultnet"
 )
 
 // faultCluster is a testCluster whose gossip runs over a faultnet.Network.

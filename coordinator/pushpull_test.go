@@ -10,6 +10,8 @@ import (
 
 	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 // rawPushPull opens a TCP connection to a node's gossip port and sends a
@@ -60,10 +62,10 @@ func panicOf(fn func()) (p any) {
 // the path can copy them).
 func broadcastSamples(t *testing.T, c *Coordinator, keys *ownership.Keyring) map[string][]byte {
 	t.Helper()
-	claim := ownership.Claim{Token: keys.Sign(ownership.Token{Partition: 3, Epoch: 9, Owner: c.cfg.Name, Incarnation: c.Self().Incarnation})}
+	claim := gossip.Claim{Token: keys.Sign(ownership.Token{Partition: 3, Epoch: 9, Owner: c.cfg.Name, Incarnation: c.Self().Incarnation})}
 	return map[string][]byte{
-		"claim":  seal(t, ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: c.cfg.ClusterName, Sender: c.cfg.Name, Claim: claim}, keys),
-		"stable": seal(t, ownership.GossipMessage{Kind: ownership.GossipStable, Cluster: c.cfg.ClusterName, Sender: c.cfg.Name, Stable: ownership.NewStable(7, []string{c.cfg.Name})}, keys),
+		"claim":  seal(t, gossip.Message{Kind: gossip.KindClaim, Cluster: c.cfg.ClusterName, Sender: c.cfg.Name, Claim: claim}, keys),
+		"stable": seal(t, gossip.Message{Kind: gossip.KindStable, Cluster: c.cfg.ClusterName, Sender: c.cfg.Name, Stable: quorum.NewStable(7, []string{c.cfg.Name})}, keys),
 	}
 }
 
@@ -140,14 +142,14 @@ func TestPushPullOfBroadcastKindsOverTCP(t *testing.T) {
 			}
 			// The loop still runs: an honest state (a release of p3 one
 			// epoch above the lease) is merged, and the lease ends.
-			reg, err := ownership.NewRegister(testPartitions)
+			reg, err := gossip.NewRegister(testPartitions)
 			if err != nil {
 				t.Fatal(err)
 			}
 			next := lease.Token()
 			next.Epoch++
-			reg.ObserveClaim(ownership.Claim{Token: keys.Sign(next), Released: true})
-			rawPushPull(t, c.GossipAddr(), seal(t, ownership.GossipMessage{Kind: ownership.GossipState, Cluster: c.cfg.ClusterName, Sender: "peer", Register: reg}, keys))
+			reg.ObserveClaim(gossip.Claim{Token: keys.Sign(next), Released: true})
+			rawPushPull(t, c.GossipAddr(), seal(t, gossip.Message{Kind: gossip.KindState, Cluster: c.cfg.ClusterName, Sender: "peer", Register: reg}, keys))
 			select {
 			case <-lease.Done():
 			case <-ctx.Done():

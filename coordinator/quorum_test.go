@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
-	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/machine"
 )
 
 // noQuorumWarnings are the node's warnings that it holds back for lack of
@@ -121,7 +121,7 @@ func TestQuorumWarningWaitsForStepDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	m, err := ownership.NewMachine(c.cfg.machineConfig(c.self))
+	m, err := machine.NewMachine(c.cfg.machineConfig(c.self))
 	if err != nil {
 		t.Fatal(err)
 	}

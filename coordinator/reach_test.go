@@ -11,9 +11,9 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/tenure-go/tenure/coordinator/faultnet"
 	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/transport/faultnet"
 )
 
 // The reach check must not turn what memberlist tolerates into a lasting

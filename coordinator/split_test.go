@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure/coordinator/faultnet"
 	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/transport/faultnet"
 )
 
 // fenceLog is a Fence that records when each token was fenced.

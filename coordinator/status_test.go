@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -331,7 +332,7 @@ func TestStatusTimelineGroups(t *testing.T) {
 // a group replaced before it settled is superseded. The negative control
 // is a register that shows the moves done.
 func TestTimelinePending(t *testing.T) {
-	reg, err := ownership.NewRegister(4)
+	reg, err := gossip.NewRegister(4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -59,7 +59,7 @@ type timeline struct {
 }
 
 // observe records e; t is the table after e, reg the claims heard.
-func (tl *timeline) observe(e Event, t *ring.Table, reg *ownership.Register) {
+func (tl *timeline) observe(e Event, t *ring.Table, reg *gossip.Register) {
 	var cause *Cause
 	switch e.Kind {
 	case EventMemberJoined:
@@ -118,7 +118,7 @@ func groupMoves(moves []ring.Move) []Move {
 
 // snapshot copies the groups, with the newest group's Pending counted
 // from reg.
-func (tl *timeline) snapshot(reg *ownership.Register) []MoveGroup {
+func (tl *timeline) snapshot(reg *gossip.Register) []MoveGroup {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	out := make([]MoveGroup, len(tl.groups))
@@ -134,7 +134,7 @@ func (tl *timeline) snapshot(reg *ownership.Register) []MoveGroup {
 }
 
 // pending counts the partitions of g not yet held by their new owner.
-func pending(g MoveGroup, reg *ownership.Register) int {
+func pending(g MoveGroup, reg *gossip.Register) int {
 	n := 0
 	for _, m := range g.Moves {
 		for _, p := range m.Partitions {
@@ -147,7 +147,7 @@ func pending(g MoveGroup, reg *ownership.Register) int {
 }
 
 // heldBy counts the partitions whose latest claim node holds.
-func heldBy(reg *ownership.Register, node string) int {
+func heldBy(reg *gossip.Register, node string) int {
 	n := 0
 	for p := range uint32(reg.Partitions()) {
 		if cl := reg.GetClaim(p); !cl.Released && cl.Token.Owner == node {

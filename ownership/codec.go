@@ -3,14 +3,16 @@ package ownership
 import (
 	"encoding/base64"
 	"encoding/binary"
-	"fmt"
 	"math"
 	"strings"
+
+	"github.com/tenure-go/tenure/ownership/internal/wire"
 )
 
 // Token encodings.
 //
-// Binary, version 1 (the same layout carries a Claim, see claimFlagReleased):
+// Binary, version 1 (the same layout carries a gossip.Claim, with flag bit 1
+// set for a release):
 //
 //	version      1 byte, always 1
 //	flags        1 byte: bit 0 set when a MAC follows; other bits zero
@@ -41,9 +43,6 @@ const (
 const (
 	tokenVersion    = 1
 	tokenTextPrefix = "v1."
-
-	tokenFlagMAC      = 1 << 0
-	claimFlagReleased = 1 << 1
 )
 
 var tokenText = base64.RawURLEncoding.Strict()
@@ -51,7 +50,20 @@ var tokenText = base64.RawURLEncoding.Strict()
 // AppendBinary appends the binary encoding of t to b. It fails, wrapping
 // ErrMalformedToken, only when the owner is longer than MaxOwnerSize.
 func (t Token) AppendBinary(b []byte) ([]byte, error) {
-	return appendToken(b, t, false)
+	if len(t.Owner) > MaxOwnerSize {
+		return b, wire.Malformed("owner is %d bytes, at most %d", len(t.Owner), MaxOwnerSize)
+	}
+	flags := wire.Flags(t.MAC != [MACSize]byte{}, false)
+	b = append(b, tokenVersion, flags)
+	b = binary.AppendUvarint(b, uint64(t.Partition))
+	b = binary.AppendUvarint(b, t.Epoch)
+	b = binary.AppendUvarint(b, t.Incarnation)
+	b = append(b, byte(len(t.Owner)))
+	b = append(b, t.Owner...)
+	if flags&wire.FlagMAC != 0 {
+		b = append(b, t.MAC[:]...)
+	}
+	return b, nil
 }
 
 // MarshalBinary returns the binary encoding of t.
@@ -68,13 +80,6 @@ func (t *Token) UnmarshalBinary(b []byte) error {
 	}
 	*t = u
 	return nil
-}
-
-// ParseToken decodes a token's binary encoding. Any input that is not the
-// canonical encoding of a token yields an error wrapping ErrMalformedToken.
-func ParseToken(b []byte) (Token, error) {
-	t, _, err := decodeToken(b, 0)
-	return t, err
 }
 
 // AppendText appends the text encoding of t to b.
@@ -109,21 +114,21 @@ func (t *Token) UnmarshalText(b []byte) error {
 // canonical text of a token yields an error wrapping ErrMalformedToken.
 func ParseTokenText(s string) (Token, error) {
 	if len(s) > MaxTokenTextSize {
-		return Token{}, malformed("text is %d bytes, at most %d", len(s), MaxTokenTextSize)
+		return Token{}, wire.Malformed("text is %d bytes, at most %d", len(s), MaxTokenTextSize)
 	}
 	payload, ok := strings.CutPrefix(s, tokenTextPrefix)
 	if !ok {
-		return Token{}, malformed("text does not start with %q", tokenTextPrefix)
+		return Token{}, wire.Malformed("text does not start with %q", tokenTextPrefix)
 	}
 	// The base64 decoder skips CR and LF; a canonical text has neither.
 	if strings.ContainsAny(payload, "\r\n") {
-		return Token{}, malformed("line break in text")
+		return Token{}, wire.Malformed("line break in text")
 	}
 	var src [MaxTokenTextSize]byte
 	var buf [MaxTokenSize]byte
 	n, err := tokenText.Decode(buf[:], src[:copy(src[:], payload)])
 	if err != nil {
-		return Token{}, malformed("text: %v", err)
+		return Token{}, wire.Malformed("text: %v", err)
 	}
 	return ParseToken(buf[:n])
 }
@@ -144,177 +149,34 @@ func uvarintLen(v uint64) int {
 	return n
 }
 
-// appendToken appends the encoding of t, with the release flag set if
-// released (a Claim's encoding).
-func appendToken(b []byte, t Token, released bool) ([]byte, error) {
-	if len(t.Owner) > MaxOwnerSize {
-		return b, malformed("owner is %d bytes, at most %d", len(t.Owner), MaxOwnerSize)
+// ParseToken decodes a token's binary encoding. Any input that is not the
+// canonical encoding of a token yields an error wrapping ErrMalformedToken.
+func ParseToken(b []byte) (Token, error) {
+	d := wire.Decoder{B: b}
+	if v := d.Byte(); d.OK() && v != tokenVersion {
+		return Token{}, wire.Malformed("unknown version %d", v)
 	}
-	flags := encodeFlags(&t, released)
-	b = append(b, tokenVersion, flags)
-	b = binary.AppendUvarint(b, uint64(t.Partition))
-	b = binary.AppendUvarint(b, t.Epoch)
-	b = binary.AppendUvarint(b, t.Incarnation)
-	b = append(b, byte(len(t.Owner)))
-	b = append(b, t.Owner...)
-	if flags&tokenFlagMAC != 0 {
-		b = append(b, t.MAC[:]...)
-	}
-	return b, nil
-}
-
-// encodeFlags returns the flags byte of the encodings of t and of its claims:
-// tokenFlagMAC if t is signed, claimFlagReleased if released.
-func encodeFlags(t *Token, released bool) byte {
-	var f byte
-	if t.MAC != ([MACSize]byte{}) {
-		f |= tokenFlagMAC
-	}
-	if released {
-		f |= claimFlagReleased
-	}
-	return f
-}
-
-// decodeToken decodes a token whose flags may include the extra bits in
-// allowed, and returns those bits.
-func decodeToken(b []byte, allowed byte) (Token, byte, error) {
-	d := decoder{b: b}
-	if v := d.byte(); d.ok() && v != tokenVersion {
-		return Token{}, 0, malformed("unknown version %d", v)
-	}
-	flags := d.byte()
-	if d.ok() && flags&^(tokenFlagMAC|allowed) != 0 {
-		return Token{}, 0, malformed("unknown flags %#x", flags)
+	flags := d.Byte()
+	if d.OK() && flags&^wire.FlagMAC != 0 {
+		return Token{}, wire.Malformed("unknown flags %#x", flags)
 	}
 	var t Token
-	p := d.uvarint()
+	p := d.Uvarint()
 	if p > math.MaxUint32 {
-		return Token{}, 0, malformed("partition %d out of range", p)
+		return Token{}, wire.Malformed("partition %d out of range", p)
 	}
 	t.Partition = uint32(p)
-	t.Epoch = d.uvarint()
-	t.Incarnation = d.uvarint()
-	t.Owner = string(d.bytes(int(d.byte())))
-	if flags&tokenFlagMAC != 0 {
-		copy(t.MAC[:], d.bytes(MACSize))
-		if d.ok() && t.MAC == ([MACSize]byte{}) {
-			return Token{}, 0, malformed("MAC flag with an all-zero MAC")
+	t.Epoch = d.Uvarint()
+	t.Incarnation = d.Uvarint()
+	t.Owner = string(d.Bytes(int(d.Byte())))
+	if flags&wire.FlagMAC != 0 {
+		copy(t.MAC[:], d.Bytes(MACSize))
+		if d.OK() && t.MAC == ([MACSize]byte{}) {
+			return Token{}, wire.Malformed("MAC flag with an all-zero MAC")
 		}
 	}
-	if err := d.end(); err != nil {
-		return Token{}, 0, err
+	if err := d.End(); err != nil {
+		return Token{}, err
 	}
-	return t, flags &^ tokenFlagMAC, nil
-}
-
-// decoder reads the fields of a canonical encoding. The first fault sticks;
-// later reads return zero values. (The fault is a plain value so that the
-// bytes decoded never escape through the error.)
-type decoder struct {
-	b     []byte
-	fault decodeFault
-}
-
-type decodeFault uint8
-
-const (
-	faultNone decodeFault = iota
-	faultTruncated
-	faultOverflow
-	faultNonMinimal
-	faultTrailing
-	faultInvalid
-)
-
-func (f decodeFault) String() string {
-	switch f {
-	case faultTruncated:
-		return "truncated"
-	case faultOverflow:
-		return "uvarint overflows 64 bits"
-	case faultNonMinimal:
-		return "non-minimal uvarint"
-	case faultTrailing:
-		return "trailing bytes"
-	case faultInvalid:
-		return "invalid stable membership"
-	}
-	return "ok"
-}
-
-func (d *decoder) fail(f decodeFault) {
-	if d.fault == faultNone {
-		d.fault = f
-	}
-}
-
-// ok reports whether every read so far succeeded.
-func (d *decoder) ok() bool { return d.fault == faultNone }
-
-// err returns the first fault as an error, or nil.
-func (d *decoder) err() error {
-	if d.fault == faultNone {
-		return nil
-	}
-	return malformed("%v", d.fault)
-}
-
-func (d *decoder) byte() byte {
-	if !d.ok() {
-		return 0
-	}
-	if len(d.b) == 0 {
-		d.fail(faultTruncated)
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) bytes(n int) []byte {
-	if !d.ok() {
-		return nil
-	}
-	if len(d.b) < n {
-		d.fail(faultTruncated)
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
-}
-
-// uvarint reads a minimal uvarint.
-func (d *decoder) uvarint() uint64 {
-	if !d.ok() {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	switch {
-	case n == 0:
-		d.fail(faultTruncated)
-		return 0
-	case n < 0:
-		d.fail(faultOverflow)
-		return 0
-	case n > 1 && d.b[n-1] == 0:
-		d.fail(faultNonMinimal)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// end reports the first fault, or trailing bytes.
-func (d *decoder) end() error {
-	if d.ok() && len(d.b) != 0 {
-		d.fail(faultTrailing)
-	}
-	return d.err()
-}
-
-func malformed(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrMalformedToken, fmt.Sprintf(format, args...))
+	return t, nil
 }

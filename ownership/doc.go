@@ -13,12 +13,15 @@
 //     Verifier and sign their stale answers with a Signer (a Keyring is
 //     both). Package fencetest is the contract every Fence keeps, as a
 //     test suite to run against a fence of your own.
-//   - An Authority mints tokens. GossipAuthority takes epochs from the
-//     gossiped Register (merge = max); sqlfence's authority issues them
-//     strictly from the database.
-//   - Machine is the per-node lease state machine: pure and deterministic,
-//     no goroutine, clock or socket. The shell (package coordinator) feeds
-//     it events and performs the Actions it returns, in order.
+//   - An Authority mints tokens. Package ownership/gossip's takes epochs
+//     from the gossiped register (merge = max); sqlfence's authority issues
+//     them strictly from the database. Package ownership/gossip is also the
+//     gossip codec, whose MACs a Keyring makes.
+//   - The per-node lease state machine is package ownership/machine: pure
+//     and deterministic, no goroutine, clock or socket. The shell (package
+//     coordinator) feeds it events and performs the Actions it returns, in
+//     order. The stable membership it counts its quorum against, and the
+//     majority rule, are package ownership/quorum.
 //   - A Lease is the grant as the application sees it: a Token and a
 //     context cancelled the moment the lease ends.
 //
@@ -30,6 +33,33 @@
 //
 // Cancellation of a lease's context is advisory: a paused process can't
 // see it in time. Only the fence makes a stale owner harmless.
+//
+// # Words
+//
+// One word per concept, across tenure's packages:
+//
+//   - A grant is one node's right to a partition, named by its Token; the
+//     epoch orders a partition's grants, the incarnation names the process
+//     (Node) that holds one. A Lease is a grant as its holder sees it.
+//   - A claim (gossip.Claim) is what gossip says about a partition: a grant,
+//     or its release. The register (gossip.Register) holds a node's claims;
+//     the coordinator's registry holds its leases (never called a register).
+//   - The mark is the highest token a fence has applied or fenced for a
+//     partition. Whatever reports it calls it Current: StaleTokenError,
+//     ConflictError and NotFencedError (whose Mark is a deprecated copy), and
+//     MemoryFence.Current.
+//   - A lease ends (ErrLeaseEnded) for one cause: released (a planned
+//     handoff after the drain), resigned, superseded, no quorum, not fenced,
+//     timeout, or failed (fencing or the handler's Acquire failed). Only a
+//     planned handoff is a release; a claim's Released flag gossips it.
+//     (coordinator.EventReleased still reports any end, under its old
+//     name.)
+//   - The stable membership is the member set a node counts its quorum
+//     against (package ownership/quorum); a quorum is more than half of it.
+//   - Error messages start with their package's name (Go's convention).
+//     The sentinel errors of this package and of package transport start
+//     with "tenure:": they are the protocol's words and reach clients of any
+//     language in gRPC status details.
 //
 // # Promises
 //

@@ -3,6 +3,8 @@ package ownership
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tenure-go/tenure/ownership/internal/wire"
 )
 
 // Sentinel errors. Test for them with errors.Is: the errors returned carry
@@ -15,7 +17,7 @@ var (
 	ErrBadMAC = errors.New("tenure: token authentication failed")
 	// ErrMalformedToken: bytes or text that do not decode to a token, a
 	// claim or a gossip register; or a token that can't be encoded.
-	ErrMalformedToken = errors.New("tenure: malformed token")
+	ErrMalformedToken = wire.ErrMalformed
 	// ErrNotFenced: an Exact check saw a token above the partition's mark:
 	// its owner writes without having fenced the resource first. The writer
 	// should fence, then retry.
@@ -84,13 +86,44 @@ func Stale(t, current Token) error { return &StaleTokenError{Token: t, Current: 
 // errors.Is(err, ErrNotFenced) holds. Pass it to the coordinator's
 // ReportStale: the lease ends and a new one is fenced.
 type NotFencedError struct {
-	Token Token // the token that was refused
-	Mark  Token // the partition's mark at the resource (zero if none)
+	Token   Token // the token that was refused
+	Current Token // the partition's mark at the resource (zero if none)
+	// Mark is Current, under its old name.
+	//
+	// Deprecated: use Current, the name StaleTokenError and ConflictError
+	// give the mark too.
+	Mark Token
 }
 
 func (e *NotFencedError) Error() string {
-	return fmt.Sprintf("%v: %v is above the mark %v", ErrNotFenced, e.Token, e.Mark)
+	return fmt.Sprintf("%v: %v is above the mark %v", ErrNotFenced, e.Token, e.Current)
 }
 
 // Is makes errors.Is(err, ErrNotFenced) true.
 func (e *NotFencedError) Is(target error) bool { return target == ErrNotFenced }
+
+// Why a lease ended: the cause of its context (context.Cause), and of
+// the machine's ActEnd and ActRelease. Each wraps ErrLeaseEnded.
+var (
+	// ErrLeaseReleased: the lease was handed off (the ring moved the
+	// partition, or the node left) after the handler drained.
+	ErrLeaseReleased = fmt.Errorf("%w: released", ErrLeaseEnded)
+	// ErrLeaseResigned: the node gave the lease back (Resign, or the
+	// handler ended it).
+	ErrLeaseResigned = fmt.Errorf("%w: resigned", ErrLeaseEnded)
+	// ErrLeaseSuperseded: a higher token exists for the partition (heard by
+	// gossip, or reported by a fence that rejected a write).
+	ErrLeaseSuperseded = fmt.Errorf("%w: superseded", ErrLeaseEnded)
+	// ErrLeaseNoQuorum: the node could not see a quorum for StepDown (L4).
+	ErrLeaseNoQuorum = fmt.Errorf("%w: no quorum", ErrLeaseEnded)
+	// ErrLeaseNotFenced: the resource's mark fell below the lease's token (a
+	// fence table reset or restored): the handler's view of the resource
+	// may be stale, so the lease ends and a new one is fenced.
+	ErrLeaseNotFenced = fmt.Errorf("%w: fence lost", ErrLeaseEnded)
+	// ErrLeaseTimeout: the handler's Acquire or Release overran its
+	// deadline.
+	ErrLeaseTimeout = fmt.Errorf("%w: handler timed out", ErrLeaseEnded)
+	// ErrLeaseFailed: fencing the resource, or the handler's Acquire after
+	// it, failed (its message says both, as it is either).
+	ErrLeaseFailed = fmt.Errorf("%w: fence or acquire failed", ErrLeaseEnded)
+)

@@ -56,7 +56,7 @@ func Judge(t, mark Token) error {
 	case c == 0:
 		return nil
 	default:
-		return &NotFencedError{Token: t, Mark: mark}
+		return &NotFencedError{Token: t, Current: mark, Mark: mark}
 	}
 }
 

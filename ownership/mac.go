@@ -48,7 +48,7 @@ func NewKeyring(primary Key, others ...Key) (*Keyring, error) {
 	k := &Keyring{}
 	for i, key := range append([]Key{primary}, others...) {
 		if len(key) < MinKeySize {
-			return nil, fmt.Errorf("tenure: key %d is %d bytes, at least %d needed", i, len(key), MinKeySize)
+			return nil, fmt.Errorf("ownership: key %d is %d bytes, at least %d needed", i, len(key), MinKeySize)
 		}
 		mk := &macKey{key: append([]byte(nil), key...)}
 		mk.pool.New = func() any { return hmac.New(sha256.New, mk.key) }
@@ -116,37 +116,6 @@ func (mk *macKey) hmac(a, b []byte) [MACSize]byte {
 	return m
 }
 
-// gossipContext returns the context of gossip MACs on channel ch: it
-// separates them from token MACs, and the channels from each other, so a
-// broadcast's MAC does not verify as push/pull state.
-func gossipContext(ch GossipChannel) []byte {
-	switch ch {
-	case GossipBroadcast:
-		return []byte("tenure gossip v2 broadcast mac\x00")
-	case GossipPushPull:
-		return []byte("tenure gossip v2 push/pull mac\x00")
-	}
-	return []byte("tenure gossip v2 no channel\x00")
-}
-
-// sealBytes returns the MAC of a gossip message for channel ch under the
-// primary key.
-func (k *Keyring) sealBytes(ch GossipChannel, msg []byte) [MACSize]byte {
-	return k.keys[0].hmac(gossipContext(ch), msg)
-}
-
-// openBytes reports whether mac authenticates msg for channel ch under one
-// of the keys, in constant time.
-func (k *Keyring) openBytes(ch GossipChannel, msg []byte, mac []byte) bool {
-	ctx := gossipContext(ch)
-	ok := false
-	for _, mk := range k.keys {
-		m := mk.hmac(ctx, msg)
-		ok = hmac.Equal(m[:], mac) || ok
-	}
-	return ok
-}
-
 // purposeContext separates MACs made with Authenticate from token and
 // gossip MACs, and the purposes from each other.
 const purposeContext = "tenure mac v1 "
@@ -157,20 +126,37 @@ const purposeContext = "tenure mac v1 "
 // message's. purpose must not contain a zero byte. A nil Keyring returns
 // the zero MAC.
 func (k *Keyring) Authenticate(purpose string, msg []byte) [MACSize]byte {
-	if k == nil {
-		return [MACSize]byte{}
-	}
-	return k.keys[0].hmac([]byte(purposeContext+purpose+"\x00"), msg)
+	return k.MAC(purposeContext+purpose+"\x00", msg)
 }
 
 // Authentic reports whether mac is Authenticate's MAC of msg for purpose
 // under one of the keys, in constant time. A nil Keyring accepts every
 // message.
 func (k *Keyring) Authentic(purpose string, msg, mac []byte) bool {
+	return k.VerifyMAC(purposeContext+purpose+"\x00", msg, mac)
+}
+
+// MAC returns the MAC of context followed by msg under the primary key: the
+// primitive under Authenticate and the gossip codec's MACs. The context is
+// what keeps one kind of MAC from verifying as another, so it must be a
+// constant that names a format and ends in a zero byte, used by no other
+// kind (token MACs begin "tenure token mac", Authenticate's "tenure mac",
+// gossip's "tenure gossip"). Prefer Authenticate. A nil Keyring returns the
+// zero MAC.
+func (k *Keyring) MAC(context string, msg []byte) [MACSize]byte {
+	if k == nil {
+		return [MACSize]byte{}
+	}
+	return k.keys[0].hmac([]byte(context), msg)
+}
+
+// VerifyMAC reports whether mac is MAC's of context and msg under one of
+// the keys, in constant time. A nil Keyring accepts every message.
+func (k *Keyring) VerifyMAC(context string, msg, mac []byte) bool {
 	if k == nil {
 		return true
 	}
-	ctx := []byte(purposeContext + purpose + "\x00")
+	ctx := []byte(context)
 	ok := false
 	for _, mk := range k.keys {
 		m := mk.hmac(ctx, msg)

@@ -27,7 +27,7 @@ type MemoryFenceConfig struct {
 // Validate reports whether c can build a fence.
 func (c MemoryFenceConfig) Validate() error {
 	if c.Partitions < 1 || uint64(c.Partitions) > math.MaxUint32+1 {
-		return fmt.Errorf("tenure: memory fence needs 1 to 2^32 partitions, got %d", c.Partitions)
+		return fmt.Errorf("ownership: memory fence needs 1 to 2^32 partitions, got %d", c.Partitions)
 	}
 	return nil
 }
@@ -120,7 +120,7 @@ func (f *MemoryFence) Check(t Token, m Mode) error {
 // check is Check without the fast path.
 func (f *MemoryFence) check(t Token, m Mode) error {
 	if m > Monotonic {
-		return fmt.Errorf("tenure: unknown fence mode %d", m)
+		return fmt.Errorf("ownership: unknown fence mode %d", m)
 	}
 	p, err := f.partition(t)
 	if err != nil {
@@ -148,10 +148,10 @@ func (f *MemoryFence) check(t Token, m Mode) error {
 // from inside fn deadlocks.
 func (f *MemoryFence) Do(ctx context.Context, t Token, m Mode, fn func() error) error {
 	if fn == nil {
-		return errors.New("tenure: MemoryFence.Do with a nil fn")
+		return errors.New("ownership: MemoryFence.Do with a nil fn")
 	}
 	if m > Monotonic {
-		return fmt.Errorf("tenure: unknown fence mode %d", m)
+		return fmt.Errorf("ownership: unknown fence mode %d", m)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator"
-	"github.com/tenure-go/tenure/coordinator/faultnet"
+
 	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/transport/faultnet"
 )
 
 // Config configures a test cluster. Every field is optional.

@@ -3,7 +3,7 @@
 // restart, a network partition and a pause.
 //
 // Start runs a cluster of real coordinators in the test process: real
-// memberlist gossip over loopback, carried by a coordinator/faultnet
+// memberlist gossip over loopback, carried by a faultnet
 // network so that Partition, Heal and Pause can cut it. Each node gets
 // the Handler the test builds for it and the fence the test gives (a
 // shared memory fence by default). Every method that waits takes a

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator"
-	"github.com/tenure-go/tenure/coordinator/faultnet"
 	"github.com/tenure-go/tenure/examples/consumer/consumer"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 	"github.com/tenure-go/tenure/ring"
+	"github.com/tenure-go/tenure/transport/faultnet"
 )
 
 // Scenario is the self-checking run of the command. A producer appends

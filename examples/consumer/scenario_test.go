@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator"
-	"github.com/tenure-go/tenure/coordinator/faultnet"
 	"github.com/tenure-go/tenure/examples/consumer/consumer"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
+	"github.com/tenure-go/tenure/transport/faultnet"
 )
 
 // runScenario runs sc with a bounded context and fails the test if the

@@ -13,19 +13,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ring"
+	"github.com/tenure-go/tenure/transport"
+	"github.com/tenure-go/tenure/transport/faultnet"
+	"github.com/tenure-go/tenure/transport/routing"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/tenure-go/tenure/coordinator"
-	"github.com/tenure-go/tenure/coordinator/faultnet"
-	"github.com/tenure-go/tenure/coordinator/tenuretest"
-	"github.com/tenure-go/tenure/ownership"
-	"github.com/tenure-go/tenure/ring"
-	"github.com/tenure-go/tenure/transport"
-	"github.com/tenure-go/tenure/transport/routing"
 )
 
 // The register service every node serves, hand-written (no protoc): one

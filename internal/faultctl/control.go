@@ -19,12 +19,11 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"google.golang.org/grpc"
-
 	"github.com/tenure-go/tenure/coordinator"
-	"github.com/tenure-go/tenure/coordinator/faultnet"
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/transport/faultnet"
+	"google.golang.org/grpc"
 )
 
 // Endpoints is what Control serves on the node's status server, as the

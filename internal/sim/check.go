@@ -6,6 +6,8 @@ import (
 
 	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/machine"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 // Bounds of the checks that are not safety properties.
@@ -47,7 +49,7 @@ type checker struct {
 	// founder bootstrapped, each made by a node from one of them. A node
 	// that restarts cut off from every other forms a cluster of its own
 	// (the all-fresh rule): that one is not of the lineage.
-	lineage     map[ownership.StableID]bool
+	lineage     map[quorum.StableID]bool
 	formed      bool // the cluster first converged
 	outdated    []bool
 	behindSince []uint64
@@ -71,7 +73,7 @@ func newChecker(s *Sim) *checker {
 		lastEpoch:   make([]uint64, s.cfg.Partitions),
 		claims:      make(map[[2]int][]uint64),
 		compSince:   make(map[string]uint64),
-		lineage:     make(map[ownership.StableID]bool),
+		lineage:     make(map[quorum.StableID]bool),
 		outdated:    make([]bool, s.cfg.Nodes),
 		behindSince: make([]uint64, s.cfg.Nodes),
 		compOf:      make([]string, s.cfg.Nodes),
@@ -88,7 +90,7 @@ func newChecker(s *Sim) *checker {
 // hearing one of it, except a version 1 heard after the cluster formed:
 // that is a new cluster, formed by nodes that restarted cut off from
 // the rest, whatever its members' names.
-func (c *checker) adopted(n *node, s ownership.Stable) {
+func (c *checker) adopted(n *node, s quorum.Stable) {
 	if !n.stable.Known() {
 		n.rooted = n.founder || c.lineage[s.ID()] && (s.Version > 1 || !c.formed)
 	}
@@ -225,13 +227,13 @@ func (c *checker) step() {
 	now := s.now
 	w := uint64(s.cfg.DetectMax + s.cfg.JoinDelay + 2*s.cfg.GossipDelay + s.cfg.StepDown + 3)
 	seen := make(map[string]bool)
-	quorate := make(map[ownership.StableID]string) // stable ID -> a group counting a quorum of it
+	quorate := make(map[quorum.StableID]string) // stable ID -> a group counting a quorum of it
 	var quorateComps []string
 	serving := 0
 	for _, comp := range s.net.components() {
 		k := s.names(comp)
 		seen[k] = true
-		var newest ownership.StableID
+		var newest quorum.StableID
 		for _, i := range comp {
 			if id := s.nodes[i].stableID; id.Compare(newest) > 0 {
 				newest = id
@@ -258,7 +260,7 @@ func (c *checker) step() {
 			continue
 		}
 		busy := false
-		ids := make(map[ownership.StableID]bool)
+		ids := make(map[quorum.StableID]bool)
 		for _, i := range comp {
 			n := s.nodes[i]
 			if !n.servesAny() {
@@ -349,7 +351,7 @@ func (c *checker) handlerContract() {
 			continue
 		}
 		for t := range n.acquired {
-			if ph, cur := n.m.Phase(t.Partition); !(ph >= ownership.Acquiring && cur.Same(t)) {
+			if ph, cur := n.m.Phase(t.Partition); !(ph >= machine.Acquiring && cur.Same(t)) {
 				c.fail("handler: %s's lease %v ended without a Release", n.name, t)
 			}
 		}

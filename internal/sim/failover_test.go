@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/machine"
 )
 
 // failoverSeeds is how many clusters failoverTicks crashes a node of.
@@ -68,7 +68,7 @@ func (s *Sim) failedOver() bool {
 		if o == nil || !o.running() {
 			return false
 		}
-		if ph, tok := o.m.Phase(p); ph != ownership.Owned || !o.served(p) || !s.res.mark(p).Same(tok) {
+		if ph, tok := o.m.Phase(p); ph != machine.Owned || !o.served(p) || !s.res.mark(p).Same(tok) {
 			return false
 		}
 	}

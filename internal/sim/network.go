@@ -3,7 +3,7 @@ package sim
 import (
 	"slices"
 
-	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 )
 
 // network models what memberlist gives each node: which members it sees.
@@ -44,7 +44,7 @@ type network struct {
 
 // sniffedMsg is a message copied off the wire.
 type sniffedMsg struct {
-	ch  ownership.GossipChannel
+	ch  gossip.Channel
 	msg []byte
 }
 
@@ -52,7 +52,7 @@ type sniffedMsg struct {
 const maxSniffed = 16
 
 // sniff records msg, carried on ch, for the adversary.
-func (nw *network) sniff(ch ownership.GossipChannel, msg []byte) {
+func (nw *network) sniff(ch gossip.Channel, msg []byte) {
 	if len(nw.sniffed) == maxSniffed {
 		nw.sniffed = slices.Delete(nw.sniffed, 0, 1)
 	}
@@ -265,10 +265,10 @@ func (nw *network) send(i, j int, msg []byte) {
 	if i == j || !nw.link[i][j] || s.chance(nw.drop) {
 		return
 	}
-	nw.sniff(ownership.GossipBroadcast, msg)
+	nw.sniff(gossip.Broadcast, msg)
 	to := s.nodes[j]
 	life := to.life
-	s.after(s.between(1, s.cfg.GossipDelay), func() { to.receive(life, ownership.GossipBroadcast, msg) })
+	s.after(s.between(1, s.cfg.GossipDelay), func() { to.receive(life, gossip.Broadcast, msg) })
 }
 
 // broadcast sends msg from i to every member i sees.
@@ -293,11 +293,11 @@ func (nw *network) pushPull(i, j int) {
 		return
 	}
 	ma, mb := a.state(), b.state()
-	nw.sniff(ownership.GossipPushPull, ma)
+	nw.sniff(gossip.PushPull, ma)
 	la, lb := a.life, b.life
 	d := s.between(1, s.cfg.GossipDelay)
-	s.after(d, func() { b.receive(lb, ownership.GossipPushPull, ma) })
-	s.after(d, func() { a.receive(la, ownership.GossipPushPull, mb) })
+	s.after(d, func() { b.receive(lb, gossip.PushPull, ma) })
+	s.after(d, func() { a.receive(la, gossip.PushPull, mb) })
 }
 
 // join is what memberlist does when node i finds member j (a join, or a
@@ -323,8 +323,8 @@ func (nw *network) join(i, j int) {
 			b.receiveState(b.life, a.openedState())
 		}
 	} else {
-		a.receive(a.life, ownership.GossipPushPull, b.state())
-		b.receive(b.life, ownership.GossipPushPull, a.state())
+		a.receive(a.life, gossip.PushPull, b.state())
+		b.receive(b.life, gossip.PushPull, a.state())
 	}
 	for k := range s.nodes {
 		if nw.sees[j][k] && nw.reachable(i, k) && !nw.sees[i][k] {

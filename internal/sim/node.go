@@ -9,6 +9,9 @@ import (
 
 	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/machine"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 // cluster is the simulated cluster's name.
@@ -27,11 +30,11 @@ type node struct {
 	life     int      // bumped by every crash and restart
 	backlog  []func() // inputs that arrived while paused
 	self     ownership.Node
-	m        *ownership.Machine
-	reg      *ownership.Register
-	auth     *ownership.GossipAuthority
-	stable   ownership.Stable
-	stableID ownership.StableID // stable's ID (hashing the names costs)
+	m        *machine.Machine
+	reg      *gossip.Register
+	auth     *gossip.Authority
+	stable   quorum.Stable
+	stableID quorum.StableID // stable's ID (hashing the names costs)
 	leaving  bool
 	leftAt   uint64 // tick the leave started
 	founder  bool   // this life bootstrapped the cluster
@@ -84,12 +87,12 @@ func (n *node) start(bootstrap bool) {
 		n.self.Incarnation = prev
 	}
 	n.founder, n.rooted = bootstrap, false
-	n.reg, _ = ownership.NewRegister(s.cfg.Partitions)
+	n.reg, _ = gossip.NewRegister(s.cfg.Partitions)
 	if s.scale != nil {
 		n.sc = newScaleNode(s.cfg.Partitions)
 	}
-	n.auth, _ = ownership.NewGossipAuthority(n.reg, s.keys)
-	n.stable, n.stableID = ownership.Stable{}, ownership.StableID{}
+	n.auth, _ = gossip.NewAuthority(n.reg, s.keys)
+	n.stable, n.stableID = quorum.Stable{}, quorum.StableID{}
 	s.chk.outdated[n.idx] = false
 	n.servedTok = make([]ownership.Token, s.cfg.Partitions)
 	n.acquired = make(map[ownership.Token]bool)
@@ -102,7 +105,7 @@ func (n *node) start(bootstrap bool) {
 	n.rc, n.round, n.ranAt, n.lateUntil = reach.New(s.reachConfig(), rnd), nil, time.Time{}, 0
 	c := s.cfg
 	knobs := c.Knobs
-	m, err := ownership.NewMachine(ownership.MachineConfig{
+	m, err := machine.NewMachine(machine.MachineConfig{
 		Self: n.self, Partitions: c.Partitions, Bootstrap: bootstrap,
 		Fenced: true, StrictAuthority: c.Strict,
 		GraceTicks: c.Grace, HandoffTicks: c.Handoff, StepDownTicks: c.StepDown,
@@ -224,11 +227,11 @@ func (n *node) placed() []string {
 func (n *node) setView() {
 	s := n.s
 	members, left := s.net.view(n.idx)
-	v := ownership.View{Left: left}
+	v := machine.View{Left: left}
 	var placed []string
 	for _, j := range members {
 		m := s.nodes[j]
-		v.Members = append(v.Members, ownership.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stableID, Leaving: m.leaving,
+		v.Members = append(v.Members, machine.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stableID, Leaving: m.leaving,
 			Unreachable: s.net.unreach[n.idx][j]})
 		if !m.leaving {
 			placed = append(placed, m.name)
@@ -252,17 +255,17 @@ func (n *node) perform() {
 	life := n.life
 	for _, a := range n.m.Ready() {
 		switch a.Kind {
-		case ownership.ActClaim:
+		case machine.ActClaim:
 			s.tracef("%s claims p%d above %v", n.name, a.Partition, a.Token)
 			s.chk.claimed(n, a.Partition)
 			n.claim(life, a.Partition, a.Token)
-		case ownership.ActFence:
+		case machine.ActFence:
 			t := a.Token
 			s.after(s.between(0, 2), func() {
 				_, err := s.res.fence(t)
 				s.after(s.between(0, 1), func() { n.input(life, func() { n.m.Fenced(t, err) }) })
 			})
-		case ownership.ActAcquire:
+		case machine.ActAcquire:
 			t := a.Token
 			d := s.between(0, 2)
 			if s.chance(0.01) {
@@ -285,11 +288,11 @@ func (n *node) perform() {
 					n.m.Acquired(t, err)
 				})
 			})
-		case ownership.ActServe:
+		case machine.ActServe:
 			s.tracef("%s serves %v", n.name, a.Token)
 			s.chk.serve(n, a.Token)
 			n.servedTok[a.Partition] = a.Token
-		case ownership.ActRelease:
+		case machine.ActRelease:
 			t := a.Token
 			s.chk.release(n, t)
 			if a.Cause == nil {
@@ -306,7 +309,7 @@ func (n *node) perform() {
 				call = n.call(a.Partition, "Release", s.cfg.Release)
 			}
 			s.after(d, func() { call.running = false; n.input(life, func() { n.m.Released(t) }) })
-		case ownership.ActEnd:
+		case machine.ActEnd:
 			s.tracef("%s ends %v (%v)", n.name, a.Token, a.Cause)
 			n.unserve(a.Token)
 			if errors.Is(a.Cause, ownership.ErrLeaseFailed) || errors.Is(a.Cause, ownership.ErrLeaseTimeout) {
@@ -314,26 +317,26 @@ func (n *node) perform() {
 				// bound doesn't count the epoch.
 				s.chk.epochs[a.Partition]--
 			}
-		case ownership.ActPublish:
+		case machine.ActPublish:
 			s.tracef("%s publishes %v released=%v", n.name, a.Token, a.Released)
-			cl := ownership.Claim{Token: a.Token, Released: a.Released}
+			cl := gossip.Claim{Token: a.Token, Released: a.Released}
 			n.reg.ObserveClaim(cl)
 			n.observed(cl.Token.Partition)
-			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: cl})
-		case ownership.ActStable:
+			n.gossip(gossip.Message{Kind: gossip.KindClaim, Claim: cl})
+		case machine.ActStable:
 			s.chk.adopted(n, a.Stable)
 			n.stable, n.stableID = a.Stable, a.Stable.ID()
 			s.tracef("%s stable %v", n.name, a.Stable)
-			n.gossip(ownership.GossipMessage{Kind: ownership.GossipStable, Stable: a.Stable})
+			n.gossip(gossip.Message{Kind: gossip.KindStable, Stable: a.Stable})
 			s.net.metaChanged(n)
-		case ownership.ActSync:
+		case machine.ActSync:
 			if m := s.nodeByName(a.Node); m != nil {
 				if s.scale != nil {
 					s.scale.cost.Syncs++
 				}
 				s.net.pushPull(n.idx, m.idx)
 			}
-		case ownership.ActQuorum:
+		case machine.ActQuorum:
 			s.tracef("%s quorum %v (stable %v)", n.name, a.OK, n.m.Stable())
 		}
 	}
@@ -389,8 +392,8 @@ func (n *node) claim(life int, p uint32, seen ownership.Token) {
 
 // gossip broadcasts a message; a stable membership only when its names
 // fit in a packet, as the coordinator does (push/pull carries it anyway).
-func (n *node) gossip(m ownership.GossipMessage) {
-	if m.Kind == ownership.GossipStable {
+func (n *node) gossip(m gossip.Message) {
+	if m.Kind == gossip.KindStable {
 		k := 0
 		for _, name := range m.Stable.Members {
 			k += len(name) + 1
@@ -416,18 +419,18 @@ func (n *node) gossip(m ownership.GossipMessage) {
 
 // state returns the node's push/pull state.
 func (n *node) state() []byte {
-	b, err := ownership.GossipMessage{Kind: ownership.GossipState, Cluster: cluster, Sender: n.name, Stable: n.stable, Register: n.reg}.Seal(n.s.keys)
+	b, err := gossip.Message{Kind: gossip.KindState, Cluster: cluster, Sender: n.name, Stable: n.stable, Register: n.reg}.Seal(n.s.keys)
 	if err != nil {
 		panic(err)
 	}
 	return b
 }
 
-// receive is the delegate's NotifyMsg (ch GossipBroadcast) and
-// MergeRemoteState (ch GossipPushPull). A panic in it is a crash of the
+// receive is the delegate's NotifyMsg (ch gossip.Broadcast) and
+// MergeRemoteState (ch gossip.PushPull). A panic in it is a crash of the
 // node's process (memberlist's goroutines recover nothing): the checker
 // records it.
-func (n *node) receive(life int, ch ownership.GossipChannel, b []byte) {
+func (n *node) receive(life int, ch gossip.Channel, b []byte) {
 	n.input(life, func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -440,9 +443,9 @@ func (n *node) receive(life int, ch ownership.GossipChannel, b []byte) {
 		if s.cfg.Bugs.TrustGossip {
 			keys, name = nil, clusterOf(b)
 		}
-		m, err := ownership.OpenGossip(b, ch, name, keys)
-		if err != nil && s.cfg.Bugs.AnyKindAsState && ch == ownership.GossipPushPull {
-			m, err = ownership.OpenGossip(b, ownership.GossipBroadcast, name, keys)
+		m, err := gossip.Open(b, ch, name, keys)
+		if err != nil && s.cfg.Bugs.AnyKindAsState && ch == gossip.PushPull {
+			m, err = gossip.Open(b, gossip.Broadcast, name, keys)
 		}
 		if err != nil {
 			return
@@ -453,10 +456,10 @@ func (n *node) receive(life int, ch ownership.GossipChannel, b []byte) {
 
 // receiveOpened is receive for the scale mode's messages, opened once
 // for every receiver (a packet's pieces, in order).
-func (n *node) receiveOpened(life int, ms []ownership.GossipMessage) {
+func (n *node) receiveOpened(life int, ms []gossip.Message) {
 	n.input(life, func() {
 		for _, m := range ms {
-			n.take(ownership.GossipBroadcast, m)
+			n.take(gossip.Broadcast, m)
 		}
 	})
 }
@@ -466,9 +469,9 @@ func (n *node) receiveOpened(life int, ms []ownership.GossipMessage) {
 // and a claim new to the node on to the others (claims spread
 // epidemically; the scale mode's formation delivers to every member, so
 // nobody relays).
-func (n *node) take(ch ownership.GossipChannel, m ownership.GossipMessage) {
+func (n *node) take(ch gossip.Channel, m gossip.Message) {
 	s := n.s
-	if ch == ownership.GossipPushPull && m.Register.Partitions() != n.reg.Partitions() {
+	if ch == gossip.PushPull && m.Register.Partitions() != n.reg.Partitions() {
 		return // as the shell does
 	}
 	if m.Stable.Known() {
@@ -488,8 +491,8 @@ func (n *node) take(ch ownership.GossipChannel, m ownership.GossipMessage) {
 		if changed {
 			n.observed(c.Token.Partition)
 		}
-		if changed && relay && m.Kind == ownership.GossipClaim {
-			n.gossip(ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: c})
+		if changed && relay && m.Kind == gossip.KindClaim {
+			n.gossip(gossip.Message{Kind: gossip.KindClaim, Claim: c})
 		}
 		n.m.Heard(c)
 	}

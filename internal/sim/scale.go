@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 )
 
 // The scale mode (Config.Scale) is the simulator of the cost model
@@ -116,7 +116,7 @@ type bcast struct {
 	name int // partition, or -1 for a stable membership
 	id   uint64
 	sent int
-	m    ownership.GossipMessage
+	m    gossip.Message
 	size int
 }
 
@@ -135,7 +135,7 @@ type scaleNode struct {
 	// opened is a copy of the register as the last push/pull carried it,
 	// shared by every exchange until the register changes (a stable
 	// membership change makes each node sync with many members at once).
-	opened *ownership.Register
+	opened *gossip.Register
 }
 
 // Epidemic switches a scale-mode cluster's broadcasts to memberlist's
@@ -172,7 +172,7 @@ func newScaleNode(partitions int) *scaleNode {
 }
 
 // hashClaim is a claim's hash in the register digest.
-func hashClaim(c ownership.Claim) uint64 {
+func hashClaim(c gossip.Claim) uint64 {
 	if c.IsZero() {
 		return 0
 	}
@@ -255,10 +255,10 @@ func statesEqual(a, b *node) bool {
 
 // queueGossip puts m in n's gossip queue, replacing a queued message of
 // the same name.
-func (n *node) queueGossip(m ownership.GossipMessage, size int) {
+func (n *node) queueGossip(m gossip.Message, size int) {
 	sc := n.s.scale
 	name := -1
-	if m.Kind == ownership.GossipClaim {
+	if m.Kind == gossip.KindClaim {
 		name = int(m.Claim.Token.Partition)
 	}
 	sc.seq++
@@ -275,7 +275,7 @@ func (n *node) queueGossip(m ownership.GossipMessage, size int) {
 
 // direct delivers an opened message from n to every member n sees (the
 // scale mode's formation).
-func (nw *network) direct(i int, m ownership.GossipMessage, size int) {
+func (nw *network) direct(i int, m gossip.Message, size int) {
 	s := nw.s
 	for j, to := range s.nodes {
 		if j == i || !nw.sees[i][j] || !nw.link[i][j] || s.chance(nw.drop) {
@@ -283,14 +283,14 @@ func (nw *network) direct(i int, m ownership.GossipMessage, size int) {
 		}
 		s.scale.count(m, size)
 		life := to.life
-		ms := []ownership.GossipMessage{m}
+		ms := []gossip.Message{m}
 		s.after(s.between(1, s.cfg.GossipDelay), func() { to.receiveOpened(life, ms) })
 	}
 }
 
 // count adds a message to the counts.
-func (sc *scaleState) count(m ownership.GossipMessage, size int) {
-	if m.Kind == ownership.GossipClaim {
+func (sc *scaleState) count(m gossip.Message, size int) {
+	if m.Kind == gossip.KindClaim {
 		sc.cost.ClaimMsgs++
 		sc.cost.ClaimBytes += uint64(size)
 	} else {
@@ -348,7 +348,7 @@ func (nw *network) packet(i, j int) {
 		}
 		return 1
 	})
-	var ms []ownership.GossipMessage
+	var ms []gossip.Message
 	room := PacketSize
 	keep := q[:0]
 	for _, b := range q {
@@ -398,18 +398,18 @@ func (nw *network) pushPullScale(a, b *node) {
 
 // openedState is n's push/pull state as the receiver opens it: a copy of
 // its register and its stable membership.
-func (n *node) openedState() ownership.GossipMessage {
+func (n *node) openedState() gossip.Message {
 	if n.sc.opened == nil {
-		r, _ := ownership.NewRegister(n.reg.Partitions())
+		r, _ := gossip.NewRegister(n.reg.Partitions())
 		if _, err := r.Merge(n.reg); err != nil {
 			panic(err)
 		}
 		n.sc.opened = r
 	}
-	return ownership.GossipMessage{Kind: ownership.GossipState, Cluster: cluster, Sender: n.name, Stable: n.stable, Register: n.sc.opened}
+	return gossip.Message{Kind: gossip.KindState, Cluster: cluster, Sender: n.name, Stable: n.stable, Register: n.sc.opened}
 }
 
 // receiveState is receive for an opened push/pull state.
-func (n *node) receiveState(life int, m ownership.GossipMessage) {
-	n.input(life, func() { n.take(ownership.GossipPushPull, m) })
+func (n *node) receiveState(life int, m gossip.Message) {
+	n.input(life, func() { n.take(gossip.PushPull, m) })
 }

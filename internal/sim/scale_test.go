@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 )
 
 // reachBound is the reach check's pings a round in a view of n.
@@ -234,8 +235,8 @@ func TestGossipQueue(t *testing.T) {
 	s.ResetCost()
 	n := s.nodes[0]
 	n.sc.queue = nil
-	tok := func(p uint32, e uint64) ownership.GossipMessage {
-		return ownership.GossipMessage{Kind: ownership.GossipClaim, Claim: ownership.Claim{Token: ownership.Token{Partition: p, Epoch: e, Owner: "n0", Incarnation: 1}}}
+	tok := func(p uint32, e uint64) gossip.Message {
+		return gossip.Message{Kind: gossip.KindClaim, Claim: gossip.Claim{Token: ownership.Token{Partition: p, Epoch: e, Owner: "n0", Incarnation: 1}}}
 	}
 	n.queueGossip(tok(1, 1), 50)
 	n.queueGossip(tok(1, 2), 50)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 )
 
 // A schedule is a run of episodes: faults for a while, then a heal, then
@@ -423,13 +424,13 @@ func (s *Sim) Forge(p uint32, e uint64) {
 	s.logFault("forge p%d e%d", p, e)
 	t := ownership.Token{Partition: p, Epoch: e, Owner: "evil", Incarnation: 1}
 	for _, name := range []string{cluster, "other"} {
-		b, err := ownership.GossipMessage{Kind: ownership.GossipClaim, Cluster: name, Sender: "evil", Claim: ownership.Claim{Token: t}}.Seal(nil)
+		b, err := gossip.Message{Kind: gossip.KindClaim, Cluster: name, Sender: "evil", Claim: gossip.Claim{Token: t}}.Seal(nil)
 		if err != nil {
 			panic(err)
 		}
 		for _, n := range s.nodes {
 			life := n.life
-			s.after(s.between(0, 2), func() { n.receive(life, ownership.GossipBroadcast, b) })
+			s.after(s.between(0, 2), func() { n.receive(life, gossip.Broadcast, b) })
 		}
 	}
 }
@@ -446,7 +447,7 @@ func (s *Sim) Replay() {
 	s.logFault("replay %d messages", min(3, len(sn)))
 	for range min(3, len(sn)) {
 		m := sn[s.rng.IntN(len(sn))]
-		for _, ch := range []ownership.GossipChannel{ownership.GossipBroadcast, ownership.GossipPushPull} {
+		for _, ch := range []gossip.Channel{gossip.Broadcast, gossip.PushPull} {
 			for _, n := range s.nodes {
 				life := n.life
 				s.after(s.between(0, 2*s.cfg.PushPull), func() { n.receive(life, ch, m.msg) })

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/tenure-go/tenure/internal/script"
-	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/machine"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the script tests")
@@ -217,7 +217,7 @@ func command(sp **Sim, c script.Cmd) (string, error) {
 			return "", err
 		}
 		n := s.nodes[i]
-		if ph, t := n.m.Phase(uint32(p)); ph == ownership.Owned {
+		if ph, t := n.m.Phase(uint32(p)); ph == machine.Owned {
 			n.input(n.life, func() { n.m.Resign(t, false) })
 		} else {
 			return fmt.Sprintf("%s holds no lease on p%d", n.name, p), nil

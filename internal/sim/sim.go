@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/machine"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -43,7 +44,7 @@ type Config struct {
 	Scale bool
 
 	// Knobs re-introduce core defects (negative controls).
-	Knobs ownership.TestingKnobs
+	Knobs machine.TestingKnobs
 	// Bugs re-introduce shell defects the simulator models.
 	Bugs Bugs
 }
@@ -309,7 +310,7 @@ func (s *Sim) Converged() (bool, string) {
 			return false, fmt.Sprintf("p%d: ring owner %s is not running", p, t.Owner(p))
 		}
 		ph, tok := owner.m.Phase(p)
-		if ph != ownership.Owned || !owner.served(p) {
+		if ph != machine.Owned || !owner.served(p) {
 			return false, fmt.Sprintf("p%d: ring owner %s is %v", p, owner.name, ph)
 		}
 		if mark := s.res.mark(p); !mark.Same(tok) {
@@ -317,7 +318,7 @@ func (s *Sim) Converged() (bool, string) {
 		}
 		for _, n := range running {
 			if n != owner {
-				if ph, _ := n.m.Phase(p); ph != ownership.Unowned {
+				if ph, _ := n.m.Phase(p); ph != machine.Unowned {
 					return false, fmt.Sprintf("p%d: %s is %v too", p, n.name, ph)
 				}
 			}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 )
 
 var (
@@ -269,11 +269,11 @@ func TestReplayedMessages(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.Settle()
-			chans := map[ownership.GossipChannel]int{}
+			chans := map[gossip.Channel]int{}
 			for _, m := range s.net.sniffed {
 				chans[m.ch]++
 			}
-			if chans[ownership.GossipBroadcast] == 0 || chans[ownership.GossipPushPull] == 0 {
+			if chans[gossip.Broadcast] == 0 || chans[gossip.PushPull] == 0 {
 				t.Fatalf("keys %v: the adversary copied %v, want both channels", keys, chans)
 			}
 			for range 5 {

@@ -11,14 +11,13 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/tenure-go/tenure/coordinator"
-	"github.com/tenure-go/tenure/coordinator/faultnet"
 	"github.com/tenure-go/tenure/internal/chaos"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/etcdfence"
 	"github.com/tenure-go/tenure/ring"
+	"github.com/tenure-go/tenure/transport/faultnet"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestChaos is the chaos suite's etcd run, beside its memory and SQL runs

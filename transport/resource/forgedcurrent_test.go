@@ -19,7 +19,7 @@ import (
 // returned, it became the partition's mark, and every later claim failed
 // with "epoch exhausted": the partition was unclaimable until the whole
 // cluster restarted. In a keyed cluster a current token is believed only
-// with a valid MAC and within ownership.MaxEpochJump; here the server
+// with a valid MAC and within gossip.MaxEpochJump; here the server
 // forges unsigned, wrongly signed and correctly signed but huge current
 // tokens, then behaves: every partition must be owned again, at a sane
 // epoch.

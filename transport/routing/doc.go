@@ -17,7 +17,7 @@
 //  5. In handlers, take the lease with LeaseFrom and pass its token to every
 //     write (the resource is the judge); serve only the routed key
 //     (GuardConfig.RequestKey, or compare with RoutedKey); pass each write
-//     through the partition's gate (coordinator/gate) so Release can drain
+//     through the partition's gate (ownership/gate) so Release can drain
 //     it. The handler's context ends when the lease does. Return fence
 //     errors as they are: the guard turns them into statuses.
 //  6. To stop: coordinator Leave (health turns NOT_SERVING at once, the

@@ -85,7 +85,7 @@ func ExampleNewRouter_put() {
 	srv := grpc.NewServer(guard.ServerOptions()...)
 	kvpb.RegisterKVServer(srv, yourServer)
 	// in a handler: lease, _ := routing.LeaseFrom(ctx); enter the partition's
-	// gate (coordinator/gate); fence the write with lease.Token(), and record
+	// gate (ownership/gate); fence the write with lease.Token(), and record
 	// its request id in the same transaction (sqlfence.Requests)
 	go srv.Serve(lis)
 	defer srv.Stop()

@@ -6,16 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/coordinator/tenuretest"
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gate"
+	"github.com/tenure-go/tenure/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/tenure-go/tenure/coordinator"
-	"github.com/tenure-go/tenure/coordinator/gate"
-	"github.com/tenure-go/tenure/coordinator/tenuretest"
-	"github.com/tenure-go/tenure/ownership"
-	"github.com/tenure-go/tenure/transport"
 )
 
 // The guard checks the key a request names against the routed one when

@@ -13,18 +13,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/reflection"
-
 	"github.com/tenure-go/tenure/coordinator"
-	"github.com/tenure-go/tenure/coordinator/gate"
 	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gate"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 	"github.com/tenure-go/tenure/ring"
 	"github.com/tenure-go/tenure/transport"
 	"github.com/tenure-go/tenure/transport/routing"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/reflection"
 )
 
 // stopTimeout bounds the graceful stop of the gRPC and HTTP servers: calls

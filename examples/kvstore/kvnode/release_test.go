@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-go/tenure/coordinator/gate"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gate"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 

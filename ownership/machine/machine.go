@@ -1,4 +1,4 @@
-package ownership
+package machine
 
 import (
 	"errors"
@@ -6,6 +6,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 // Placement is what the state machine needs from a partition table: which
@@ -115,7 +119,7 @@ type Action struct {
 	Partition uint32
 	// Token: for ActClaim, the token to mint above (zero if none);
 	// otherwise the lease's token.
-	Token Token
+	Token ownership.Token
 	// Released: for ActPublish, whether the claim is a release.
 	Released bool
 	// Cause: for ActEnd, why the lease ends; for ActRelease, nil for a
@@ -125,7 +129,7 @@ type Action struct {
 	Waited   uint64
 	Failover bool
 	// Stable: for ActStable.
-	Stable Stable
+	Stable quorum.Stable
 	// Node: for ActSync.
 	Node string
 	// OK: for ActQuorum.
@@ -151,7 +155,7 @@ func (a Action) String() string {
 		b.WriteString(" released")
 	}
 	if a.Cause != nil {
-		fmt.Fprintf(&b, " (%s)", strings.TrimPrefix(a.Cause.Error(), ErrLeaseEnded.Error()+": "))
+		fmt.Fprintf(&b, " (%s)", strings.TrimPrefix(a.Cause.Error(), ownership.ErrLeaseEnded.Error()+": "))
 	}
 	if a.Kind == ActServe {
 		fmt.Fprintf(&b, " waited=%d", a.Waited)
@@ -162,44 +166,19 @@ func (a Action) String() string {
 	return b.String()
 }
 
-func tokenShort(t Token) string {
+func tokenShort(t ownership.Token) string {
 	if t.IsZero() {
 		return "none"
 	}
 	return fmt.Sprintf("e%d/%s:%d", t.Epoch, t.Owner, t.Incarnation)
 }
 
-// Why a lease ended: the cause of its context (context.Cause), and of
-// ActEnd and ActRelease. Each wraps ErrLeaseEnded.
-var (
-	// ErrLeaseReleased: the lease was handed off (the ring moved the
-	// partition, or the node left) after the handler drained.
-	ErrLeaseReleased = fmt.Errorf("%w: released", ErrLeaseEnded)
-	// ErrLeaseResigned: the node gave the lease back (Resign, or the
-	// handler ended it).
-	ErrLeaseResigned = fmt.Errorf("%w: resigned", ErrLeaseEnded)
-	// ErrLeaseSuperseded: a higher token exists for the partition (heard by
-	// gossip, or reported by a fence that rejected a write).
-	ErrLeaseSuperseded = fmt.Errorf("%w: superseded", ErrLeaseEnded)
-	// ErrLeaseNoQuorum: the node could not see a quorum for StepDown (L4).
-	ErrLeaseNoQuorum = fmt.Errorf("%w: no quorum", ErrLeaseEnded)
-	// ErrLeaseNotFenced: the resource's mark fell below the lease's token (a
-	// fence table reset or restored): the handler's view of the resource
-	// may be stale, so the lease ends and a new one is fenced.
-	ErrLeaseNotFenced = fmt.Errorf("%w: fence lost", ErrLeaseEnded)
-	// ErrLeaseTimeout: the handler's Acquire or Release overran its
-	// deadline.
-	ErrLeaseTimeout = fmt.Errorf("%w: handler timed out", ErrLeaseEnded)
-	// ErrLeaseFailed: fencing or the handler's Acquire failed.
-	ErrLeaseFailed = fmt.Errorf("%w: acquire failed", ErrLeaseEnded)
-)
-
 // MachineConfig configures a Machine. Durations are in ticks of logical
 // time: the shell calls Tick at a fixed interval and chooses it. A zero
 // count means zero ticks (no wait).
 type MachineConfig struct {
 	// Self is this node. Required.
-	Self Node
+	Self ownership.Node
 	// Partitions is the number of partitions; it must equal the
 	// placement's. Required.
 	Partitions int
@@ -263,12 +242,12 @@ type MachineConfig struct {
 func (c MachineConfig) Validate() error {
 	switch {
 	case c.Self.Name == "":
-		return errors.New("ownership: MachineConfig.Self.Name is empty")
-	case c.Partitions <= 0 || c.Partitions > MaxPartitions:
-		return fmt.Errorf("ownership: MachineConfig.Partitions = %d, want 1 to %d", c.Partitions, MaxPartitions)
+		return errors.New("machine: MachineConfig.Self.Name is empty")
+	case c.Partitions <= 0 || c.Partitions > gossip.MaxPartitions:
+		return fmt.Errorf("machine: MachineConfig.Partitions = %d, want 1 to %d", c.Partitions, gossip.MaxPartitions)
 	case c.GraceTicks < 0 || c.HandoffTicks < 0 || c.StepDownTicks < 0 || c.StableAfterTicks < 0 ||
 		c.RetryTicks < 0 || c.MaxRetryTicks < 0 || c.AcquireTicks < 0 || c.ReleaseTicks < 0 || c.MinQuorum < 0 || c.MaxClaims < 0:
-		return errors.New("ownership: MachineConfig counts must not be negative")
+		return errors.New("machine: MachineConfig counts must not be negative")
 	}
 	return nil
 }
@@ -285,11 +264,11 @@ const (
 // part is the state of one partition on this node.
 type part struct {
 	phase Phase
-	token Token // our grant: valid from Fencing to Releasing
+	token ownership.Token // our grant: valid from Fencing to Releasing
 	// holder is the highest claim known for the partition, ours included.
-	holder Claim
+	holder gossip.Claim
 	// mark is the highest token a fence has reported for the partition.
-	mark Token
+	mark ownership.Token
 	// fencedView is the view in which this node was fenced out by a live
 	// member; it does not claim again until the view changes (L5). 0 if it
 	// was not: views start at 1 with the first placement.
@@ -298,27 +277,27 @@ type part struct {
 	// out until this tick.
 	rivalUntil uint64
 	// waitFor is the holder we are waiting on, since tick waitSince.
-	waitFor   Claim
+	waitFor   gossip.Claim
 	waitSince uint64
 	retryAt   uint64
 	failures  int // failed claims, fences and acquires in a row
 	// answer is a strict authority's last answer to a failed claim: the
 	// next claim goes above it.
-	answer    Token
+	answer    ownership.Token
 	hasAnswer bool
 	// floor: with a strict authority, claims gossip showed before our
 	// claim succeeded are not above our grant, whatever their epochs.
-	floor Token
+	floor ownership.Token
 	// The handler call in flight, if any, and its deadline (0: none).
 	call         callKind
-	callToken    Token
+	callToken    ownership.Token
 	callDeadline uint64
 	// lostCause: the lease ended while its Acquire ran; if Acquire
 	// succeeds, the handler gets an ActRelease with this cause.
 	lostCause error
 	// abandoned is the last token whose Acquire overran its deadline: if it
 	// succeeds after all, the handler gets an ActRelease.
-	abandoned Token
+	abandoned ownership.Token
 	// endCause is the cause the lease ends with once a planned release
 	// completes.
 	endCause error
@@ -346,7 +325,7 @@ type Machine struct {
 	lives    map[string]uint64 // their incarnations, where known
 	view     uint64            // bumped by every change of placement
 	now      uint64            // ticks
-	q        quorum
+	q        tracker
 	noQuorum int  // consecutive ticks without quorum
 	reported bool // the quorum last reported by ActQuorum
 	claiming int  // partitions in Claiming
@@ -364,7 +343,7 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		cfg.MaxRetryTicks = 32 * cfg.RetryTicks
 	}
 	m := &Machine{cfg: cfg, parts: make([]part, cfg.Partitions)}
-	m.q = quorum{
+	m.q = tracker{
 		self:        cfg.Self.Name,
 		bootstrap:   cfg.Bootstrap,
 		min:         cfg.MinQuorum,
@@ -393,18 +372,18 @@ func (m *Machine) Now() uint64 { return m.now }
 
 // Phase returns the partition's phase and this node's token for it (zero
 // while Unowned or Claiming).
-func (m *Machine) Phase(p uint32) (Phase, Token) {
+func (m *Machine) Phase(p uint32) (Phase, ownership.Token) {
 	if int(p) >= len(m.parts) {
-		return Unowned, Token{}
+		return Unowned, ownership.Token{}
 	}
 	s := &m.parts[p]
 	return s.phase, s.token
 }
 
 // Holder returns the highest claim known for partition p.
-func (m *Machine) Holder(p uint32) Claim {
+func (m *Machine) Holder(p uint32) gossip.Claim {
 	if int(p) >= len(m.parts) {
-		return Claim{}
+		return gossip.Claim{}
 	}
 	return m.parts[p].holder
 }
@@ -413,7 +392,7 @@ func (m *Machine) Holder(p uint32) Claim {
 func (m *Machine) Quorum() bool { return m.q.ok }
 
 // Stable returns the stable membership quorum is counted against.
-func (m *Machine) Stable() Stable { return m.q.stable }
+func (m *Machine) Stable() quorum.Stable { return m.q.stable }
 
 // Idle reports whether no partition is held or in transit and no handler
 // call runs: after Leave, the shell waits for Idle before leaving the
@@ -430,7 +409,7 @@ func (m *Machine) Idle() bool {
 // SetView installs a new view of the membership.
 func (m *Machine) SetView(v View) error {
 	if v.Placement != nil && v.Placement.Partitions() != m.cfg.Partitions {
-		return fmt.Errorf("ownership: placement has %d partitions, machine %d", v.Placement.Partitions(), m.cfg.Partitions)
+		return fmt.Errorf("machine: placement has %d partitions, machine %d", v.Placement.Partitions(), m.cfg.Partitions)
 	}
 	fp := func(p Placement) uint64 {
 		if p == nil {
@@ -461,7 +440,7 @@ func (m *Machine) SetView(v View) error {
 }
 
 // HeardStable records a stable membership heard from another node.
-func (m *Machine) HeardStable(s Stable) {
+func (m *Machine) HeardStable(s quorum.Stable) {
 	m.quorumStep(m.q.heard(m.now, s))
 	m.stepAll()
 }
@@ -519,7 +498,7 @@ func (m *Machine) Shutdown(cause error) {
 
 // Heard records a claim or release heard from gossip (or read anywhere
 // else). A claim above this node's grant supersedes it: the lease ends.
-func (m *Machine) Heard(c Claim) {
+func (m *Machine) Heard(c gossip.Claim) {
 	p := c.Token.Partition
 	if int(p) >= len(m.parts) || c.Token.IsZero() {
 		return
@@ -529,13 +508,13 @@ func (m *Machine) Heard(c Claim) {
 		return
 	}
 	if s.phase >= Fencing && c.Token.Compare(s.token) > 0 && c.Token.Compare(s.floor) > 0 {
-		m.lose(p, c.Token, ErrLeaseSuperseded)
+		m.lose(p, c.Token, ownership.ErrLeaseSuperseded)
 	}
 	m.step(p)
 }
 
 // Claimed feeds the authority's answer to an ActClaim for partition p.
-func (m *Machine) Claimed(p uint32, t Token, err error) {
+func (m *Machine) Claimed(p uint32, t ownership.Token, err error) {
 	if int(p) >= len(m.parts) {
 		return
 	}
@@ -545,11 +524,11 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 	}
 	m.claiming--
 	if err == nil && (t.Partition != p || t.Node() != m.cfg.Self) {
-		err = fmt.Errorf("ownership: authority answered %v to a claim of p%d by %v", t, p, m.cfg.Self)
+		err = fmt.Errorf("machine: authority answered %v to a claim of p%d by %v", t, p, m.cfg.Self)
 	}
 	if err != nil {
 		s.phase = Unowned
-		var ce *ConflictError
+		var ce *ownership.ConflictError
 		if errors.As(err, &ce) && (ce.Partition == p || ce.Partition == 0 && ce.Current.Partition == p) {
 			// Someone else won, perhaps long ago (its claim may never reach
 			// us by gossip: it was made across a cut, or before the fence
@@ -559,7 +538,7 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 				if cur.Compare(s.mark) > 0 {
 					s.mark = cur
 				}
-				s.observe(Claim{Token: cur})
+				s.observe(gossip.Claim{Token: cur})
 			}
 			if m.cfg.StrictAuthority {
 				s.answer, s.hasAnswer = cur, true
@@ -577,7 +556,7 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 		// the authority minted it in: that is no rival.)
 		s.phase = Unowned
 		if !s.holder.Released {
-			m.lose(p, s.holder.Token, ErrLeaseSuperseded)
+			m.lose(p, s.holder.Token, ownership.ErrLeaseSuperseded)
 		}
 		m.step(p)
 		return
@@ -586,15 +565,15 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 	if m.cfg.StrictAuthority && t.Compare(s.holder.Token) < 0 {
 		s.floor = s.holder.Token
 	} else {
-		s.floor = Token{}
-		s.holder = Claim{Token: t}
+		s.floor = ownership.Token{}
+		s.holder = gossip.Claim{Token: t}
 	}
 	s.token = t
 	if !m.wants(p) {
 		// The ring moved on while we claimed: give the epoch back.
 		s.phase = Unowned
-		s.token = Token{}
-		s.observe(Claim{Token: t, Released: true})
+		s.token = ownership.Token{}
+		s.observe(gossip.Claim{Token: t, Released: true})
 		m.emit(Action{Kind: ActPublish, Token: t, Released: true})
 		m.step(p)
 		return
@@ -610,21 +589,21 @@ func (m *Machine) Claimed(p uint32, t Token, err error) {
 
 // Fenced feeds the outcome of an ActFence. A *StaleTokenError means the
 // resource holds a higher token.
-func (m *Machine) Fenced(t Token, err error) {
+func (m *Machine) Fenced(t ownership.Token, err error) {
 	s := m.held(t)
 	if s == nil || s.phase != Fencing {
 		return
 	}
 	p := t.Partition
-	var stale *StaleTokenError
+	var stale *ownership.StaleTokenError
 	switch {
 	case err == nil:
 		m.startAcquire(p)
 	case errors.As(err, &stale):
-		m.lose(p, stale.Current, ErrLeaseSuperseded)
+		m.lose(p, stale.Current, ownership.ErrLeaseSuperseded)
 		m.step(p)
 	default:
-		m.giveBack(p, ErrLeaseFailed, false)
+		m.giveBack(p, ownership.ErrLeaseFailed, false)
 		m.failed(p)
 		m.step(p)
 	}
@@ -638,7 +617,7 @@ func (m *Machine) startAcquire(p uint32) {
 	m.emit(Action{Kind: ActAcquire, Token: s.token})
 }
 
-func (m *Machine) startCall(p uint32, k callKind, t Token, ticks int) {
+func (m *Machine) startCall(p uint32, k callKind, t ownership.Token, ticks int) {
 	s := &m.parts[p]
 	s.call, s.callToken, s.callDeadline = k, t, 0
 	if ticks > 0 {
@@ -649,7 +628,7 @@ func (m *Machine) startCall(p uint32, k callKind, t Token, ticks int) {
 // Acquired feeds the outcome of an ActAcquire: the handler's Acquire. A
 // *StaleTokenError means a resource the handler fenced holds a higher
 // token.
-func (m *Machine) Acquired(t Token, err error) {
+func (m *Machine) Acquired(t ownership.Token, err error) {
 	if int(t.Partition) >= len(m.parts) {
 		return
 	}
@@ -661,7 +640,7 @@ func (m *Machine) Acquired(t Token, err error) {
 	}
 	late := !ours && !t.IsZero() && s.abandoned.Same(t)
 	if late {
-		s.abandoned = Token{}
+		s.abandoned = ownership.Token{}
 	}
 	if !ours && !late {
 		return // not an Acquire we started, or answered already
@@ -673,7 +652,7 @@ func (m *Machine) Acquired(t Token, err error) {
 		if err == nil {
 			cause := s.lostCause
 			if late || cause == nil {
-				cause = ErrLeaseTimeout
+				cause = ownership.ErrLeaseTimeout
 			}
 			if ours {
 				m.startCall(p, releaseCall, t, m.cfg.ReleaseTicks)
@@ -686,7 +665,7 @@ func (m *Machine) Acquired(t Token, err error) {
 		m.step(p)
 		return
 	}
-	var stale *StaleTokenError
+	var stale *ownership.StaleTokenError
 	switch {
 	case err == nil:
 		s.phase = Owned
@@ -698,9 +677,9 @@ func (m *Machine) Acquired(t Token, err error) {
 		}
 		m.emit(a)
 	case errors.As(err, &stale):
-		m.lose(p, stale.Current, ErrLeaseSuperseded)
+		m.lose(p, stale.Current, ownership.ErrLeaseSuperseded)
 	default:
-		m.giveBack(p, ErrLeaseFailed, false)
+		m.giveBack(p, ownership.ErrLeaseFailed, false)
 		m.failed(p)
 	}
 	m.step(p)
@@ -708,23 +687,23 @@ func (m *Machine) Acquired(t Token, err error) {
 
 // Rejected reports that the resource rejected a write under t because it
 // holds current, a higher token: the lease of t ends.
-func (m *Machine) Rejected(t Token, current Token) {
+func (m *Machine) Rejected(t ownership.Token, current ownership.Token) {
 	if m.held(t) == nil || current.Partition != t.Partition || current.Compare(t) <= 0 {
 		return
 	}
-	m.lose(t.Partition, current, ErrLeaseSuperseded)
+	m.lose(t.Partition, current, ownership.ErrLeaseSuperseded)
 	m.step(t.Partition)
 }
 
 // NotFenced reports that a write under t found the resource's mark below
 // t: the resource lost its fence (a reset, a restore). The lease ends, so
 // the handler re-reads the resource under a new, fenced lease.
-func (m *Machine) NotFenced(t Token) {
+func (m *Machine) NotFenced(t ownership.Token) {
 	s := m.held(t)
 	if s == nil || s.phase < Acquiring {
 		return
 	}
-	m.giveBack(t.Partition, ErrLeaseNotFenced, true)
+	m.giveBack(t.Partition, ownership.ErrLeaseNotFenced, true)
 	m.failed(t.Partition)
 	m.step(t.Partition)
 }
@@ -734,7 +713,7 @@ func (m *Machine) NotFenced(t Token) {
 // With ended true something already ended the lease (the handler called
 // Lease.End): the release is published at once. Either way the node waits
 // out a backoff before claiming the partition again.
-func (m *Machine) Resign(t Token, ended bool) {
+func (m *Machine) Resign(t ownership.Token, ended bool) {
 	s := m.held(t)
 	if s == nil {
 		return
@@ -742,18 +721,18 @@ func (m *Machine) Resign(t Token, ended bool) {
 	p := t.Partition
 	switch {
 	case s.phase == Owned && !ended:
-		m.planRelease(p, ErrLeaseResigned)
+		m.planRelease(p, ownership.ErrLeaseResigned)
 	case s.phase == Releasing:
 		// Already on its way out.
 	default:
-		m.giveBack(p, ErrLeaseResigned, true)
+		m.giveBack(p, ownership.ErrLeaseResigned, true)
 	}
 	m.failed(p)
 	m.step(p)
 }
 
 // Released reports that the handler's Release for t has returned.
-func (m *Machine) Released(t Token) {
+func (m *Machine) Released(t ownership.Token) {
 	if int(t.Partition) >= len(m.parts) {
 		return
 	}
@@ -783,16 +762,16 @@ func (m *Machine) expire(p uint32) {
 	}
 	switch {
 	case k == acquireCall && s.phase == Acquiring:
-		m.giveBack(p, ErrLeaseTimeout, false)
+		m.giveBack(p, ownership.ErrLeaseTimeout, false)
 		m.failed(p)
 	case k == releaseCall && s.phase == Releasing:
-		m.giveBack(p, ErrLeaseTimeout, false)
+		m.giveBack(p, ownership.ErrLeaseTimeout, false)
 	}
 }
 
 // held returns the state of t's partition if t is this node's grant of it
 // (Fencing to Releasing), and nil otherwise.
-func (m *Machine) held(t Token) *part {
+func (m *Machine) held(t ownership.Token) *part {
 	if int(t.Partition) >= len(m.parts) {
 		return nil
 	}
@@ -822,7 +801,7 @@ func (m *Machine) giveBack(p uint32, cause error, cleanup bool) {
 	t := s.token
 	m.end(p, cause, cleanup)
 	m.emit(Action{Kind: ActPublish, Token: t, Released: true})
-	s.observe(Claim{Token: t, Released: true})
+	s.observe(gossip.Claim{Token: t, Released: true})
 }
 
 // end ends the lease of p with cause and leaves the partition Unowned.
@@ -841,8 +820,8 @@ func (m *Machine) end(p uint32, cause error, cleanup bool) {
 		m.emit(Action{Kind: ActRelease, Token: t, Cause: cause})
 	}
 	s.phase = Unowned
-	s.token = Token{}
-	s.floor = Token{}
+	s.token = ownership.Token{}
+	s.floor = ownership.Token{}
 }
 
 // failed counts a failure in a row for p and sets its backoff.
@@ -871,7 +850,7 @@ func (m *Machine) backoff(n int) uint64 {
 
 // observe raises the highest claim known for the partition to c, if c is
 // higher, and reports whether it did.
-func (s *part) observe(c Claim) bool {
+func (s *part) observe(c gossip.Claim) bool {
 	if c.Compare(s.holder) <= 0 {
 		return false
 	}
@@ -880,12 +859,12 @@ func (s *part) observe(c Claim) bool {
 }
 
 // lose ends this node's grant of p because a higher token exists.
-func (m *Machine) lose(p uint32, higher Token, cause error) {
+func (m *Machine) lose(p uint32, higher ownership.Token, cause error) {
 	s := &m.parts[p]
 	if higher.Compare(s.mark) > 0 {
 		s.mark = higher
 	}
-	s.observe(Claim{Token: higher})
+	s.observe(gossip.Claim{Token: higher})
 	if s.phase >= Fencing {
 		m.end(p, cause, true)
 	}
@@ -913,7 +892,7 @@ func (m *Machine) lose(p uint32, higher Token, cause error) {
 
 // live reports whether t's owner is another node in the current view, in
 // the life that holds t (when the view says which life is current).
-func (m *Machine) live(t Token) bool {
+func (m *Machine) live(t ownership.Token) bool {
 	if t.Owner == m.cfg.Self.Name {
 		return false // us, or our previous incarnation
 	}
@@ -952,14 +931,14 @@ func (m *Machine) step(p uint32) {
 		// for gossip: it reaches the others after the heal, so a node that
 		// claimed the partition meanwhile with a lower epoch learns it is
 		// free instead of waiting for this node.
-		m.giveBack(p, ErrLeaseNoQuorum, true)
+		m.giveBack(p, ownership.ErrLeaseNoQuorum, true)
 		return
 	}
 	switch s.phase {
 	case Owned:
 		if !m.wants(p) && (m.q.ok || m.leaving) {
 			// Planned move or leave: drain, then release.
-			m.planRelease(p, ErrLeaseReleased)
+			m.planRelease(p, ownership.ErrLeaseReleased)
 		}
 	case Unowned:
 		if m.now < s.rivalUntil && !s.holder.Released && m.live(s.holder.Token) {
@@ -977,7 +956,7 @@ func (m *Machine) step(p uint32) {
 				// not start over because this node's quorum blinked.
 				return
 			}
-			s.waitFor, s.wanting = Claim{}, false
+			s.waitFor, s.wanting = gossip.Claim{}, false
 			return
 		}
 		if !s.wanting {
@@ -1005,7 +984,7 @@ func (m *Machine) step(p uint32) {
 			m.cfg.MaxClaims > 0 && m.claiming >= m.cfg.MaxClaims {
 			return
 		}
-		s.waitFor = Claim{}
+		s.waitFor = gossip.Claim{}
 		s.phase = Claiming
 		m.claiming++
 		seen := s.holder.Token

@@ -1,9 +1,14 @@
-package ownership
+package machine
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 // Issue 19, defect 7: the members asked for a newer stable membership were
@@ -14,8 +19,8 @@ import (
 // dropped when no member of the view shows its ID any more, or when the
 // node's own stable membership reaches it.
 func TestQuorumForgetsWhomItAsked(t *testing.T) {
-	q := &quorum{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: NewStable(3, []string{"a", "b", "c"})}
-	newer := NewStable(4, []string{"a", "b", "c"}).ID()
+	q := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: quorum.NewStable(3, []string{"a", "b", "c"})}
+	newer := quorum.NewStable(4, []string{"a", "b", "c"}).ID()
 	var view []ViewMember
 	view = append(view, ViewMember{Name: "a", Stable: q.stable.ID()})
 	for i := range 100 {
@@ -44,14 +49,14 @@ func TestQuorumForgetsWhomItAsked(t *testing.T) {
 	}
 
 	// The node learns the newer set: nothing is left to ask for.
-	q.stable = NewStable(4, []string{"a", "b", "c"})
+	q.stable = quorum.NewStable(4, []string{"a", "b", "c"})
 	q.setView(4, view[:51], nil)
 	q.toAsk(4)
 	if len(q.asked) != 0 {
 		t.Fatalf("%d entries remembered after the node reached the set they were asked for", len(q.asked))
 	}
 	// A member that later shows a still newer set is asked at once.
-	view[1].Stable = NewStable(5, []string{"a", "b"}).ID()
+	view[1].Stable = quorum.NewStable(5, []string{"a", "b"}).ID()
 	q.setView(5, view[:51], nil)
 	if got := q.toAsk(5); !slices.Equal(got, []string{view[1].Name}) {
 		t.Fatalf("asked %v, want %s for its newer set", got, view[1].Name)
@@ -73,8 +78,8 @@ func TestQuorumForgetsWhomItAsked(t *testing.T) {
 // doubling, at most MaxRetryTicks), or at once if the member asked is gone
 // from the view. Two different newer IDs are asked for separately.
 func TestQuorumAsksOneMemberPerNewerMembership(t *testing.T) {
-	q := &quorum{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: NewStable(3, []string{"a", "b", "c"})}
-	v4 := NewStable(4, []string{"a", "b", "c"}).ID()
+	q := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: quorum.NewStable(3, []string{"a", "b", "c"})}
+	v4 := quorum.NewStable(4, []string{"a", "b", "c"}).ID()
 	view := []ViewMember{{Name: "a", Stable: q.stable.ID()}}
 	for i := range 20 {
 		view = append(view, ViewMember{Name: fmt.Sprintf("n%02d", i), Stable: v4})
@@ -113,7 +118,7 @@ func TestQuorumAsksOneMemberPerNewerMembership(t *testing.T) {
 
 	// A second, newer ID shown by some (not the member asked for the
 	// first): one ask for it too, none more.
-	v5 := NewStable(5, []string{"a", "b"}).ID()
+	v5 := quorum.NewStable(5, []string{"a", "b"}).ID()
 	for i, shown := 1, 0; shown < 5; i++ {
 		if view[i].Name != q.asked[v4].node {
 			view[i].Stable = v5
@@ -129,7 +134,7 @@ func TestQuorumAsksOneMemberPerNewerMembership(t *testing.T) {
 	// Nodes that fall behind together don't all ask the same member.
 	first := map[string]bool{}
 	for i := range 20 {
-		r := &quorum{self: fmt.Sprintf("x%02d", i), stableAfter: 5, retry: 4, stable: NewStable(3, []string{"a", "b", "c"})}
+		r := &tracker{self: fmt.Sprintf("x%02d", i), stableAfter: 5, retry: 4, stable: quorum.NewStable(3, []string{"a", "b", "c"})}
 		v := append([]ViewMember{{Name: r.self, Stable: r.stable.ID()}}, view[6:]...)
 		r.setView(1, v, nil)
 		for _, n := range r.toAsk(1) {
@@ -150,7 +155,7 @@ func TestQuorumAsksOneMemberPerNewerMembership(t *testing.T) {
 // shrinks the stable membership; it must not grow it by members no
 // quorum promoted.
 func TestQuorumLeaveDoesNotPromoteNewcomers(t *testing.T) {
-	stable := NewStable(1, []string{"a", "b", "c"})
+	stable := quorum.NewStable(1, []string{"a", "b", "c"})
 	member := func(names ...string) []ViewMember {
 		var v []ViewMember
 		for _, n := range names {
@@ -160,14 +165,14 @@ func TestQuorumLeaveDoesNotPromoteNewcomers(t *testing.T) {
 	}
 	all := []string{"a", "b", "c", "d", "e", "f", "g"}
 
-	far := &quorum{self: "a", stableAfter: 100, stable: stable}
+	far := &tracker{self: "a", stableAfter: 100, stable: stable}
 	far.setView(1, member(all...), nil)
 	far.setView(2, member("a", "b"), nil) // c and d..g lost to the split, no goodbye heard
 	if !far.ok {
 		t.Fatalf("a, with 2 of %v, counts no quorum", far.stable.Members)
 	}
 
-	near := &quorum{self: "d", stableAfter: 100, stable: stable}
+	near := &tracker{self: "d", stableAfter: 100, stable: stable}
 	near.setView(1, member(all...), nil)
 	if near.stable.ID() != stable.ID() {
 		t.Fatalf("d promoted %v within StableAfter", near.stable.Members)
@@ -180,6 +185,44 @@ func TestQuorumLeaveDoesNotPromoteNewcomers(t *testing.T) {
 	for _, m := range near.stable.Members {
 		if !stable.Has(m) {
 			t.Fatalf("the leave made %v the stable membership, with %s no quorum promoted", near.stable.Members, m)
+		}
+	}
+}
+
+// A stable membership replayed off the wire (the rest of
+// ownership.TestReplayedGossipIsBounded, whose claims are the register's): a
+// stale one heard late, and the same set twice, move nothing. Each replay
+// goes through the codec, as one copied off the wire would.
+func TestReplayedStableIsBounded(t *testing.T) {
+	keys, _ := ownership.NewKeyring(bytes.Repeat([]byte{1}, 32))
+	for _, k := range []*ownership.Keyring{nil, keys} {
+		reopen := func(m gossip.Message) gossip.Message {
+			t.Helper()
+			m.Cluster, m.Sender = "c1", "a"
+			b, err := m.Seal(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := gossip.Open(b, m.Kind.Channel(), "c1", k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		old, _ := gossip.NewRegister(8)
+		state := reopen(gossip.Message{Kind: gossip.KindState, Stable: quorum.NewStable(2, []string{"a", "b", "c"}), Register: old})
+
+		// A stale stable membership heard late, and the same set twice.
+		q := &tracker{self: "a", stableAfter: 5, stable: quorum.NewStable(2, []string{"a", "b", "c"})}
+		q.setView(1, []ViewMember{{Name: "a"}, {Name: "b"}, {Name: "c"}}, nil)
+		cur := quorum.NewStable(3, []string{"a", "b", "c"})
+		if !q.heard(2, reopen(gossip.Message{Kind: gossip.KindStable, Stable: cur}).Stable) {
+			t.Fatal("a newer stable membership was not taken")
+		}
+		for _, s := range []quorum.Stable{state.Stable, cur} {
+			if q.heard(3, reopen(gossip.Message{Kind: gossip.KindStable, Stable: s}).Stable) || q.stable.ID() != cur.ID() {
+				t.Fatalf("replayed %v after %v: now %v", s, cur, q.stable)
+			}
 		}
 	}
 }

@@ -1,16 +1,17 @@
-package ownership_test
+package gossip_test
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
 )
 
 // A node takes the next epoch above everything gossip and the fence told it.
-func ExampleGossipAuthority() {
-	reg, _ := ownership.NewRegister(16)
-	auth, _ := ownership.NewGossipAuthority(reg, nil)
+func ExampleAuthority() {
+	reg, _ := gossip.NewRegister(16)
+	auth, _ := gossip.NewAuthority(reg, nil)
 
 	// Gossip brought a claim for partition 5 at epoch 3.
 	reg.Observe(ownership.Token{Partition: 5, Epoch: 3, Owner: "node-b", Incarnation: 2})

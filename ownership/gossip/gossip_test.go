@@ -1,4 +1,4 @@
-package ownership
+package gossip
 
 import (
 	"bytes"
@@ -6,26 +6,29 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
-func gossipSamples(t testing.TB, keys *Keyring) []GossipMessage {
+func gossipSamples(t testing.TB, keys *ownership.Keyring) []Message {
 	reg, err := NewRegister(8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg.ObserveClaim(Claim{Token: keys.Sign(Token{Partition: 1, Epoch: 3, Owner: "a", Incarnation: 7})})
-	reg.ObserveClaim(Claim{Token: keys.Sign(Token{Partition: 5, Epoch: 1, Owner: "b", Incarnation: 9}), Released: true})
-	return []GossipMessage{
-		{Kind: GossipClaim, Cluster: "c1", Sender: "a", Claim: Claim{Token: keys.Sign(Token{Partition: 2, Epoch: 4, Owner: "a", Incarnation: 7})}},
-		{Kind: GossipClaim, Cluster: "", Sender: "a", Claim: Claim{Token: keys.Sign(Token{Partition: 2, Epoch: 4, Owner: "a", Incarnation: 7}), Released: true}},
-		{Kind: GossipStable, Cluster: "c1", Sender: "b", Stable: NewStable(3, []string{"c", "a", "b"})},
-		{Kind: GossipStable, Cluster: "c1", Sender: "b"},
-		{Kind: GossipState, Cluster: "c1", Sender: "b", Stable: NewStable(2, []string{"a", "b"}), Register: reg},
-		{Kind: GossipState, Cluster: "c1", Sender: "b", Register: reg},
+	reg.ObserveClaim(Claim{Token: keys.Sign(ownership.Token{Partition: 1, Epoch: 3, Owner: "a", Incarnation: 7})})
+	reg.ObserveClaim(Claim{Token: keys.Sign(ownership.Token{Partition: 5, Epoch: 1, Owner: "b", Incarnation: 9}), Released: true})
+	return []Message{
+		{Kind: KindClaim, Cluster: "c1", Sender: "a", Claim: Claim{Token: keys.Sign(ownership.Token{Partition: 2, Epoch: 4, Owner: "a", Incarnation: 7})}},
+		{Kind: KindClaim, Cluster: "", Sender: "a", Claim: Claim{Token: keys.Sign(ownership.Token{Partition: 2, Epoch: 4, Owner: "a", Incarnation: 7}), Released: true}},
+		{Kind: KindStable, Cluster: "c1", Sender: "b", Stable: quorum.NewStable(3, []string{"c", "a", "b"})},
+		{Kind: KindStable, Cluster: "c1", Sender: "b"},
+		{Kind: KindState, Cluster: "c1", Sender: "b", Stable: quorum.NewStable(2, []string{"a", "b"}), Register: reg},
+		{Kind: KindState, Cluster: "c1", Sender: "b", Register: reg},
 	}
 }
 
-func sameGossip(a, b GossipMessage) bool {
+func sameGossip(a, b Message) bool {
 	if a.Kind != b.Kind || a.Cluster != b.Cluster || a.Sender != b.Sender || a.Claim != b.Claim ||
 		a.Stable.ID() != b.Stable.ID() || (a.Register == nil) != (b.Register == nil) {
 		return false
@@ -39,16 +42,16 @@ func sameGossip(a, b GossipMessage) bool {
 }
 
 func TestGossipRoundTrip(t *testing.T) {
-	keys, _ := NewKeyring(macTestKey(1))
-	for _, k := range []*Keyring{nil, keys} {
+	keys, _ := ownership.NewKeyring(macTestKey(1))
+	for _, k := range []*ownership.Keyring{nil, keys} {
 		for _, m := range gossipSamples(t, k) {
 			b, err := m.Seal(k)
 			if err != nil {
 				t.Fatalf("Seal(%+v): %v", m, err)
 			}
-			got, err := OpenGossip(b, m.Kind.Channel(), m.Cluster, k)
+			got, err := Open(b, m.Kind.Channel(), m.Cluster, k)
 			if err != nil {
-				t.Fatalf("OpenGossip(Seal(%+v)): %v", m, err)
+				t.Fatalf("Open(Seal(%+v)): %v", m, err)
 			}
 			if !sameGossip(got, m) {
 				t.Fatalf("round trip: got %+v, want %+v", got, m)
@@ -64,41 +67,41 @@ func TestGossipRoundTrip(t *testing.T) {
 // keyed cluster, a forged MAC, and a forged token inside a signed message
 // are all refused.
 func TestOpenGossipRefuses(t *testing.T) {
-	keys, _ := NewKeyring(macTestKey(1))
-	other, _ := NewKeyring(macTestKey(2))
+	keys, _ := ownership.NewKeyring(macTestKey(1))
+	other, _ := ownership.NewKeyring(macTestKey(2))
 	m := gossipSamples(t, keys)[0]
 
 	plain, _ := m.Seal(nil)
-	if _, err := OpenGossip(plain, GossipBroadcast, "c2", nil); !errors.Is(err, ErrWrongCluster) {
+	if _, err := Open(plain, Broadcast, "c2", nil); !errors.Is(err, ErrWrongCluster) {
 		t.Errorf("another cluster's claim: %v, want ErrWrongCluster", err)
 	}
-	if _, err := OpenGossip(plain, GossipBroadcast, "c1", keys); !errors.Is(err, ErrBadMAC) {
+	if _, err := Open(plain, Broadcast, "c1", keys); !errors.Is(err, ownership.ErrBadMAC) {
 		t.Errorf("unsigned claim in a keyed cluster: %v, want ErrBadMAC", err)
 	}
 	forged, _ := m.Seal(other)
-	if _, err := OpenGossip(forged, GossipBroadcast, "c1", keys); !errors.Is(err, ErrBadMAC) {
+	if _, err := Open(forged, Broadcast, "c1", keys); !errors.Is(err, ownership.ErrBadMAC) {
 		t.Errorf("claim sealed under another key: %v, want ErrBadMAC", err)
 	}
 	signed, _ := m.Seal(keys)
 	for i := range signed {
 		b := bytes.Clone(signed)
 		b[i] ^= 0x01
-		if _, err := OpenGossip(b, GossipBroadcast, "c1", keys); err == nil {
+		if _, err := Open(b, Broadcast, "c1", keys); err == nil {
 			t.Fatalf("a flipped bit at %d went unnoticed", i)
 		}
 	}
 	// A keyholder relaying a token nobody signed: the message MAC verifies,
 	// the token's does not.
 	bad := m
-	bad.Claim.Token = Token{Partition: 2, Epoch: math.MaxUint64, Owner: "x", Incarnation: 1}
+	bad.Claim.Token = ownership.Token{Partition: 2, Epoch: math.MaxUint64, Owner: "x", Incarnation: 1}
 	b, _ := bad.Seal(keys)
-	if _, err := OpenGossip(b, GossipBroadcast, "c1", keys); !errors.Is(err, ErrBadMAC) {
+	if _, err := Open(b, Broadcast, "c1", keys); !errors.Is(err, ownership.ErrBadMAC) {
 		t.Errorf("unsigned token in a signed message: %v, want ErrBadMAC", err)
 	}
 	st := gossipSamples(t, keys)[4]
-	st.Register.ObserveClaim(Claim{Token: Token{Partition: 7, Epoch: 1, Owner: "x", Incarnation: 1}})
+	st.Register.ObserveClaim(Claim{Token: ownership.Token{Partition: 7, Epoch: 1, Owner: "x", Incarnation: 1}})
 	b, _ = st.Seal(keys)
-	if _, err := OpenGossip(b, GossipPushPull, "c1", keys); !errors.Is(err, ErrBadMAC) {
+	if _, err := Open(b, PushPull, "c1", keys); !errors.Is(err, ownership.ErrBadMAC) {
 		t.Errorf("unsigned token in a signed register: %v, want ErrBadMAC", err)
 	}
 }
@@ -109,27 +112,27 @@ func TestOpenGossipRefuses(t *testing.T) {
 // refused before its body is read (a body that would not even parse gets
 // the same error).
 func TestOpenGossipOnlyOnItsChannel(t *testing.T) {
-	keys, _ := NewKeyring(macTestKey(1))
-	for _, k := range []*Keyring{nil, keys} {
+	keys, _ := ownership.NewKeyring(macTestKey(1))
+	for _, k := range []*ownership.Keyring{nil, keys} {
 		for _, m := range gossipSamples(t, k) {
 			b, err := m.Seal(k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, ch := range []GossipChannel{GossipBroadcast, GossipPushPull} {
-				got, err := OpenGossip(b, ch, m.Cluster, k)
+			for _, ch := range []Channel{Broadcast, PushPull} {
+				got, err := Open(b, ch, m.Cluster, k)
 				if ch == m.Kind.Channel() {
 					if err != nil {
 						t.Fatalf("a %v on its own channel: %v", m.Kind, err)
 					}
 					continue
 				}
-				if !errors.Is(err, ErrMalformedToken) || !strings.Contains(err.Error(), "channel") || got.Kind != 0 {
+				if !errors.Is(err, ownership.ErrMalformedToken) || !strings.Contains(err.Error(), "channel") || got.Kind != 0 {
 					t.Fatalf("a %v (keys %v) on the %v channel: %+v, %v", m.Kind, k != nil, ch, got, err)
 				}
 				cut := bytes.Clone(b[:6+len(m.Cluster)+len(m.Sender)+1]) // the header and one byte
 				cut[3] = 0                                               // no MAC flag
-				if _, err := OpenGossip(cut, ch, m.Cluster, nil); err == nil || !strings.Contains(err.Error(), "channel") {
+				if _, err := Open(cut, ch, m.Cluster, nil); err == nil || !strings.Contains(err.Error(), "channel") {
 					t.Fatalf("a truncated %v on the %v channel: %v, want the channel refused first", m.Kind, ch, err)
 				}
 			}
@@ -141,7 +144,7 @@ func TestOpenGossipRejectsMalformed(t *testing.T) {
 	good, _ := gossipSamples(t, nil)[2].Seal(nil)
 	cases := map[string][]byte{
 		"empty":          nil,
-		"old claim":      mustClaim(t, Claim{Token: Token{Partition: 1, Epoch: 1, Owner: "a"}}),
+		"old claim":      mustClaim(t, Claim{Token: ownership.Token{Partition: 1, Epoch: 1, Owner: "a"}}),
 		"bad kind":       append([]byte{gossipMagic, gossipVersion, 9}, good[3:]...),
 		"version 1":      append([]byte{gossipMagic, 1}, good[2:]...),
 		"unknown flag":   append([]byte{gossipMagic, gossipVersion, 2, 0x80}, good[4:]...),
@@ -153,7 +156,7 @@ func TestOpenGossipRejectsMalformed(t *testing.T) {
 		"huge count":     {gossipMagic, gossipVersion, 2, 0, 2, 'c', '1', 1, 'a', 1, 0xff, 0x7f},
 	}
 	for name, b := range cases {
-		if _, err := OpenGossip(b, GossipBroadcast, "c1", nil); !errors.Is(err, ErrMalformedToken) {
+		if _, err := Open(b, Broadcast, "c1", nil); !errors.Is(err, ownership.ErrMalformedToken) {
 			t.Errorf("%s: %v, want ErrMalformedToken", name, err)
 		}
 	}
@@ -173,27 +176,27 @@ func mustClaim(t *testing.T, c Claim) []byte {
 // is left.
 func TestObserveHeardBoundsTheEpochJump(t *testing.T) {
 	r, _ := NewRegister(4)
-	a, _ := NewGossipAuthority(r, nil)
-	forged := Claim{Token: Token{Partition: 1, Epoch: math.MaxUint64, Owner: "evil", Incarnation: 1}}
-	if changed, err := r.ObserveHeard(forged); changed || !errors.Is(err, ErrMalformedToken) {
+	a, _ := NewAuthority(r, nil)
+	forged := Claim{Token: ownership.Token{Partition: 1, Epoch: math.MaxUint64, Owner: "evil", Incarnation: 1}}
+	if changed, err := r.ObserveHeard(forged); changed || !errors.Is(err, ownership.ErrMalformedToken) {
 		t.Fatalf("ObserveHeard(epoch 2^64-1) = %v, %v; want refused", changed, err)
 	}
-	ok := Claim{Token: Token{Partition: 1, Epoch: MaxEpochJump, Owner: "b", Incarnation: 1}}
+	ok := Claim{Token: ownership.Token{Partition: 1, Epoch: MaxEpochJump, Owner: "b", Incarnation: 1}}
 	if changed, err := r.ObserveHeard(ok); !changed || err != nil {
 		t.Fatalf("ObserveHeard(a jump of exactly MaxEpochJump) = %v, %v", changed, err)
 	}
-	if changed, err := r.ObserveHeard(Claim{Token: Token{Partition: 1, Epoch: 2*MaxEpochJump + 1, Owner: "b", Incarnation: 1}}); changed || err == nil {
+	if changed, err := r.ObserveHeard(Claim{Token: ownership.Token{Partition: 1, Epoch: 2*MaxEpochJump + 1, Owner: "b", Incarnation: 1}}); changed || err == nil {
 		t.Fatalf("a second jump above the bound was accepted")
 	}
-	tok, err := a.Claim(t.Context(), 1, Node{Name: "a", Incarnation: 2}, Token{})
+	tok, err := a.Claim(t.Context(), 1, ownership.Node{Name: "a", Incarnation: 2}, ownership.Token{})
 	if err != nil || tok.Epoch != MaxEpochJump+1 {
 		t.Fatalf("claim after the jump = %v, %v", tok, err)
 	}
 }
 
-func FuzzOpenGossip(f *testing.F) {
-	keys, _ := NewKeyring(macTestKey(1))
-	for _, k := range []*Keyring{nil, keys} {
+func FuzzOpen(f *testing.F) {
+	keys, _ := ownership.NewKeyring(macTestKey(1))
+	for _, k := range []*ownership.Keyring{nil, keys} {
 		for _, m := range gossipSamples(f, k) {
 			b, err := m.Seal(k)
 			if err != nil {
@@ -203,13 +206,13 @@ func FuzzOpenGossip(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte, keyed bool) {
-		k := (*Keyring)(nil)
+		k := (*ownership.Keyring)(nil)
 		if keyed {
 			k = keys
 		}
 		opened := 0
-		for _, ch := range []GossipChannel{GossipBroadcast, GossipPushPull} {
-			m, err := OpenGossip(b, ch, "c1", k)
+		for _, ch := range []Channel{Broadcast, PushPull} {
+			m, err := Open(b, ch, "c1", k)
 			if err != nil {
 				if m.Kind != 0 || m.Register != nil {
 					t.Fatalf("error %v with a non-zero message %+v", err, m)
@@ -220,7 +223,7 @@ func FuzzOpenGossip(f *testing.F) {
 			if m.Kind.Channel() != ch {
 				t.Fatalf("a %v message opened on the %v channel", m.Kind, ch)
 			}
-			if (m.Kind == GossipState) != (m.Register != nil) {
+			if (m.Kind == KindState) != (m.Register != nil) {
 				t.Fatalf("a %v message with register %v", m.Kind, m.Register)
 			}
 			again, err := m.Seal(k)
@@ -231,7 +234,7 @@ func FuzzOpenGossip(f *testing.F) {
 			if !keyed && b[3]&gossipFlagMAC != 0 {
 				// A node without keys accepts a signed message; re-sealed
 				// without keys it loses the flag and the MAC.
-				want = bytes.Clone(b[:len(b)-MACSize])
+				want = bytes.Clone(b[:len(b)-ownership.MACSize])
 				want[3] &^= gossipFlagMAC
 			}
 			if !bytes.Equal(again, want) {
@@ -250,18 +253,19 @@ func FuzzOpenGossip(f *testing.F) {
 // a newer one is ignored, a stable membership the node has moved past is
 // ignored, and an old state replayed after newer claims and a newer set
 // moves nothing back. Each replay goes through the codec, as one copied
-// off the wire would.
+// off the wire would. (The stable membership's replays are the machine's:
+// TestReplayedStableIsBounded in package ownership/machine.)
 func TestReplayedGossipIsBounded(t *testing.T) {
-	keys, _ := NewKeyring(macTestKey(1))
-	for _, k := range []*Keyring{nil, keys} {
-		reopen := func(m GossipMessage) GossipMessage {
+	keys, _ := ownership.NewKeyring(macTestKey(1))
+	for _, k := range []*ownership.Keyring{nil, keys} {
+		reopen := func(m Message) Message {
 			t.Helper()
 			m.Cluster, m.Sender = "c1", "a"
 			b, err := m.Seal(k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := OpenGossip(b, m.Kind.Channel(), "c1", k)
+			got, err := Open(b, m.Kind.Channel(), "c1", k)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -269,26 +273,26 @@ func TestReplayedGossipIsBounded(t *testing.T) {
 		}
 		old, _ := NewRegister(8)
 		reg, _ := NewRegister(8)
-		first := Claim{Token: k.Sign(Token{Partition: 1, Epoch: 3, Owner: "a", Incarnation: 7})}
+		first := Claim{Token: k.Sign(ownership.Token{Partition: 1, Epoch: 3, Owner: "a", Incarnation: 7})}
 		old.ObserveClaim(first)
-		state := reopen(GossipMessage{Kind: GossipState, Stable: NewStable(2, []string{"a", "b", "c"}), Register: old})
+		state := reopen(Message{Kind: KindState, Stable: quorum.NewStable(2, []string{"a", "b", "c"}), Register: old})
 
 		// A claim heard twice.
 		for i, want := range []bool{true, false} {
-			if changed, err := reg.ObserveHeard(reopen(GossipMessage{Kind: GossipClaim, Claim: first}).Claim); changed != want || err != nil {
+			if changed, err := reg.ObserveHeard(reopen(Message{Kind: KindClaim, Claim: first}).Claim); changed != want || err != nil {
 				t.Fatalf("claim heard %d times: changed %v, %v", i+1, changed, err)
 			}
 		}
 		// Then a newer one: the release of epoch 3 and a claim of epoch 4.
 		// The older claim, replayed, is ignored.
-		newer := Claim{Token: k.Sign(Token{Partition: 1, Epoch: 4, Owner: "b", Incarnation: 9})}
+		newer := Claim{Token: k.Sign(ownership.Token{Partition: 1, Epoch: 4, Owner: "b", Incarnation: 9})}
 		for _, c := range []Claim{{Token: first.Token, Released: true}, newer} {
 			if changed, _ := reg.ObserveHeard(c); !changed {
 				t.Fatalf("%v not taken", c)
 			}
 		}
 		for _, c := range []Claim{first, {Token: first.Token, Released: true}} {
-			if changed, err := reg.ObserveHeard(reopen(GossipMessage{Kind: GossipClaim, Claim: c}).Claim); changed || err != nil {
+			if changed, err := reg.ObserveHeard(reopen(Message{Kind: KindClaim, Claim: c}).Claim); changed || err != nil {
 				t.Fatalf("replayed %v after %v: changed %v, %v", c, newer, changed, err)
 			}
 		}
@@ -301,17 +305,34 @@ func TestReplayedGossipIsBounded(t *testing.T) {
 		if got := reg.GetClaim(1); got != newer {
 			t.Fatalf("p1 is %v after the replays, want %v", got, newer)
 		}
+	}
+}
 
-		// A stale stable membership heard late, and the same set twice.
-		q := &quorum{self: "a", stableAfter: 5, stable: NewStable(2, []string{"a", "b", "c"})}
-		q.setView(1, []ViewMember{{Name: "a"}, {Name: "b"}, {Name: "c"}}, nil)
-		cur := NewStable(3, []string{"a", "b", "c"})
-		if !q.heard(2, reopen(GossipMessage{Kind: GossipStable, Stable: cur}).Stable) {
-			t.Fatal("a newer stable membership was not taken")
+// Issue 19, defect 1: a gossip MAC covered the kind byte but not where the
+// message may be used. It is bound to its channel now: a broadcast's MAC
+// does not verify as push/pull state nor the other way round, under any
+// key of the ring, and it is a MAC of the whole message; nor does it
+// verify as an Authenticate MAC of a purpose (for example node metadata).
+func TestGossipMACBindsTheChannel(t *testing.T) {
+	oldKey, newKey := ownership.Key("the old key of this cluster...."), ownership.Key("the new key of this cluster....")
+	old, _ := ownership.NewKeyring(oldKey)
+	rotated, _ := ownership.NewKeyring(newKey, oldKey)
+	msg := []byte("gossip message bytes")
+	chans := []Channel{Broadcast, PushPull}
+	for _, ch := range chans {
+		mac := old.MAC(macContext(ch), msg)
+		if !old.VerifyMAC(macContext(ch), msg, mac[:]) || !rotated.VerifyMAC(macContext(ch), msg, mac[:]) {
+			t.Fatalf("a %v MAC does not verify on its own channel", ch)
 		}
-		for _, s := range []Stable{state.Stable, cur} {
-			if q.heard(3, reopen(GossipMessage{Kind: GossipStable, Stable: s}).Stable) || q.stable.ID() != cur.ID() {
-				t.Fatalf("replayed %v after %v: now %v", s, cur, q.stable)
+		if old.VerifyMAC(macContext(ch), append(msg, 0), mac[:]) {
+			t.Fatalf("a %v MAC verified for another message", ch)
+		}
+		if old.Authentic("node metadata", msg, mac[:]) {
+			t.Fatalf("a gossip MAC for %v verified as a purpose's", ch)
+		}
+		for _, other := range chans {
+			if other != ch && (old.VerifyMAC(macContext(other), msg, mac[:]) || rotated.VerifyMAC(macContext(other), msg, mac[:])) {
+				t.Fatalf("a %v MAC verified on the %v channel", ch, other)
 			}
 		}
 	}

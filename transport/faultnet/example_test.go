@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/transport/faultnet"
 )
 
 // A three-node memberlist cluster over a fault network: partition it, wait

@@ -1,4 +1,4 @@
-package ownership
+package gossip
 
 import (
 	"bytes"
@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"slices"
 	"sync"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/internal/wire"
 )
 
 // A Claim is what gossip says about a partition: the highest token granted
@@ -17,7 +21,7 @@ import (
 // Claims are ordered by token, and for the same token a release ranks above
 // the grant it releases. Any higher token ranks above both.
 type Claim struct {
-	Token    Token
+	Token    ownership.Token
 	Released bool
 }
 
@@ -51,12 +55,17 @@ func (c Claim) String() string {
 // most MaxTokenSize bytes, and an unreleased claim's encoding is its
 // token's.
 func (c Claim) AppendBinary(b []byte) ([]byte, error) {
-	return appendToken(b, c.Token, c.Released)
+	n := len(b)
+	b, err := c.Token.AppendBinary(b)
+	if err == nil && c.Released {
+		b[n+1] |= wire.FlagReleased // the flags byte follows the version
+	}
+	return b, err
 }
 
 // MarshalBinary returns the encoding of c.
 func (c Claim) MarshalBinary() ([]byte, error) {
-	return c.AppendBinary(make([]byte, 0, encodedSize(c.Token)))
+	return c.AppendBinary(make([]byte, 0, ownership.MaxTokenSize))
 }
 
 // UnmarshalBinary sets *c to the claim encoded in b. On error *c is
@@ -73,11 +82,16 @@ func (c *Claim) UnmarshalBinary(b []byte) error {
 // ParseClaim decodes a claim. Any input that is not the canonical encoding
 // of a claim yields an error wrapping ErrMalformedToken.
 func ParseClaim(b []byte) (Claim, error) {
-	t, flags, err := decodeToken(b, claimFlagReleased)
+	released := len(b) > 1 && b[1]&wire.FlagReleased != 0
+	if released {
+		b = slices.Clone(b)
+		b[1] &^= wire.FlagReleased
+	}
+	t, err := ownership.ParseToken(b)
 	if err != nil {
 		return Claim{}, err
 	}
-	return Claim{Token: t, Released: flags&claimFlagReleased != 0}, nil
+	return Claim{Token: t, Released: released}, nil
 }
 
 // MaxPartitions is the largest partition count a Register holds.
@@ -100,7 +114,7 @@ type Register struct {
 // at most MaxPartitions.
 func NewRegister(partitions int) (*Register, error) {
 	if partitions < 1 || partitions > MaxPartitions {
-		return nil, fmt.Errorf("tenure: register needs 1 to %d partitions, got %d", MaxPartitions, partitions)
+		return nil, fmt.Errorf("gossip: register needs 1 to %d partitions, got %d", MaxPartitions, partitions)
 	}
 	return &Register{claims: make([]Claim, partitions)}, nil
 }
@@ -116,7 +130,7 @@ func (r *Register) Len() int {
 }
 
 // Observe records a grant of t; see ObserveClaim.
-func (r *Register) Observe(t Token) bool { return r.ObserveClaim(Claim{Token: t}) }
+func (r *Register) Observe(t ownership.Token) bool { return r.ObserveClaim(Claim{Token: t}) }
 
 // ObserveClaim records c if it is higher than the claim held for its
 // partition (or equal with a greater MAC), and reports whether it was. A
@@ -133,7 +147,7 @@ func (r *Register) ObserveClaim(c Claim) bool {
 
 func (r *Register) valid(c Claim) bool {
 	return !c.Token.IsZero() && int64(c.Token.Partition) < int64(len(r.claims)) &&
-		len(c.Token.Owner) <= MaxOwnerSize
+		len(c.Token.Owner) <= ownership.MaxOwnerSize
 }
 
 // observe is ObserveClaim for a valid claim, with r.mu held. Between claims
@@ -153,7 +167,7 @@ func (r *Register) observe(c Claim) bool {
 
 // Get returns the highest token known for partition p: the zero token if
 // none is, or if p is out of range.
-func (r *Register) Get(p uint32) Token { return r.GetClaim(p).Token }
+func (r *Register) Get(p uint32) ownership.Token { return r.GetClaim(p).Token }
 
 // GetClaim returns the highest claim known for partition p: the zero claim
 // if none is, or if p is out of range.
@@ -199,11 +213,11 @@ func (r *Register) snapshot() []Claim {
 // registers may merge into each other concurrently.
 func (r *Register) Merge(other *Register) ([]Claim, error) {
 	if other == nil {
-		return nil, errors.New("tenure: merging a nil register")
+		return nil, errors.New("gossip: merging a nil register")
 	}
 	if len(other.claims) != len(r.claims) {
 		return nil, fmt.Errorf("%w: merging a register of %d partitions into one of %d",
-			ErrPartitionRange, len(other.claims), len(r.claims))
+			ownership.ErrPartitionRange, len(other.claims), len(r.claims))
 	}
 	in := other.snapshot()
 	r.mu.Lock()
@@ -220,17 +234,17 @@ func (r *Register) Merge(other *Register) ([]Claim, error) {
 // mint records and returns the next token of partition p for n, under r's
 // lock so concurrent mints get distinct epochs: its epoch is one above both
 // seen and the highest epoch r knows for p. sign may be nil.
-func (r *Register) mint(p uint32, seen uint64, n Node, sign func(Token) Token) (Token, error) {
+func (r *Register) mint(p uint32, seen uint64, n ownership.Node, sign func(ownership.Token) ownership.Token) (ownership.Token, error) {
 	if int64(p) >= int64(len(r.claims)) {
-		return Token{}, fmt.Errorf("%w: partition %d, register has %d", ErrPartitionRange, p, len(r.claims))
+		return ownership.Token{}, fmt.Errorf("%w: partition %d, register has %d", ownership.ErrPartitionRange, p, len(r.claims))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := max(r.claims[p].Token.Epoch, seen)
 	if e == math.MaxUint64 {
-		return Token{}, fmt.Errorf("tenure: epoch of partition %d exhausted", p)
+		return ownership.Token{}, fmt.Errorf("gossip: epoch of partition %d exhausted", p)
 	}
-	t := Token{Partition: p, Epoch: e + 1, Owner: n.Name, Incarnation: n.Incarnation}
+	t := ownership.Token{Partition: p, Epoch: e + 1, Owner: n.Name, Incarnation: n.Incarnation}
 	if sign != nil {
 		t = sign(t)
 	}
@@ -257,8 +271,8 @@ const registerVersion = 1
 // AppendBinary appends the encoding of r's state to b.
 func (r *Register) AppendBinary(b []byte) ([]byte, error) {
 	claims := r.snapshot()
-	index := make(map[Node]int)
-	var nodes []Node
+	index := make(map[ownership.Node]int)
+	var nodes []ownership.Node
 	for _, c := range claims {
 		n := c.Token.Node()
 		if _, ok := index[n]; !ok {
@@ -282,9 +296,9 @@ func (r *Register) AppendBinary(b []byte) ([]byte, error) {
 		next = t.Partition + 1
 		b = binary.AppendUvarint(b, uint64(index[t.Node()]))
 		b = binary.AppendUvarint(b, t.Epoch)
-		flags := encodeFlags(&t, c.Released)
+		flags := wire.Flags(t.MAC != [ownership.MACSize]byte{}, c.Released)
 		b = append(b, flags)
-		if flags&tokenFlagMAC != 0 {
+		if flags&wire.FlagMAC != 0 {
 			b = append(b, t.MAC[:]...)
 		}
 	}
@@ -298,85 +312,85 @@ func (r *Register) MarshalBinary() ([]byte, error) { return r.AppendBinary(nil) 
 // canonical encoding yields an error wrapping ErrMalformedToken. Merge the
 // result into the local register.
 func UnmarshalRegister(b []byte) (*Register, error) {
-	d := decoder{b: b}
-	if v := d.byte(); d.ok() && v != registerVersion {
-		return nil, malformed("register: unknown version %d", v)
+	d := wire.Decoder{B: b}
+	if v := d.Byte(); d.OK() && v != registerVersion {
+		return nil, wire.Malformed("register: unknown version %d", v)
 	}
-	parts := d.uvarint()
-	if d.ok() && (parts < 1 || parts > MaxPartitions) {
-		return nil, malformed("register: %d partitions", parts)
+	parts := d.Uvarint()
+	if d.OK() && (parts < 1 || parts > MaxPartitions) {
+		return nil, wire.Malformed("register: %d partitions", parts)
 	}
-	nn := d.uvarint()
+	nn := d.Uvarint()
 	// Each node takes at least 2 bytes and is used by a distinct claim.
-	if d.ok() && (nn > parts || nn > uint64(len(d.b))/2) {
-		return nil, malformed("register: %d nodes", nn)
+	if d.OK() && (nn > parts || nn > uint64(len(d.B))/2) {
+		return nil, wire.Malformed("register: %d nodes", nn)
 	}
-	nodes := make([]Node, 0, nn)
-	seen := make(map[Node]bool, nn)
+	nodes := make([]ownership.Node, 0, nn)
+	seen := make(map[ownership.Node]bool, nn)
 	for range nn {
-		n := Node{Name: string(d.bytes(int(d.byte())))}
-		n.Incarnation = d.uvarint()
-		if !d.ok() {
-			return nil, d.err()
+		n := ownership.Node{Name: string(d.Bytes(int(d.Byte())))}
+		n.Incarnation = d.Uvarint()
+		if !d.OK() {
+			return nil, d.Err()
 		}
 		if seen[n] {
-			return nil, malformed("register: node %v twice", n)
+			return nil, wire.Malformed("register: node %v twice", n)
 		}
 		seen[n] = true
 		nodes = append(nodes, n)
 	}
-	nc := d.uvarint()
+	nc := d.Uvarint()
 	// Each claim takes at least 4 bytes.
-	if d.ok() && (nc > parts || nc > uint64(len(d.b))/4) {
-		return nil, malformed("register: %d claims", nc)
+	if d.OK() && (nc > parts || nc > uint64(len(d.B))/4) {
+		return nil, wire.Malformed("register: %d claims", nc)
 	}
-	if !d.ok() {
-		return nil, d.err()
+	if !d.OK() {
+		return nil, d.Err()
 	}
 	r := &Register{claims: make([]Claim, parts)}
 	next, used := uint64(0), uint64(0)
 	for range nc {
-		gap := d.uvarint()
+		gap := d.Uvarint()
 		p := next + min(gap, parts) // no wrap-around: both are small
-		ni := d.uvarint()
-		epoch := d.uvarint()
-		flags := d.byte()
-		var mac [MACSize]byte
-		if flags&tokenFlagMAC != 0 {
-			copy(mac[:], d.bytes(MACSize))
+		ni := d.Uvarint()
+		epoch := d.Uvarint()
+		flags := d.Byte()
+		var mac [ownership.MACSize]byte
+		if flags&wire.FlagMAC != 0 {
+			copy(mac[:], d.Bytes(ownership.MACSize))
 		}
 		switch {
-		case !d.ok():
-			return nil, d.err()
+		case !d.OK():
+			return nil, d.Err()
 		case p >= parts:
-			return nil, malformed("register: partition %d out of range", p)
+			return nil, wire.Malformed("register: partition %d out of range", p)
 		case ni > used || ni >= nn:
-			return nil, malformed("register: node index %d out of order", ni)
-		case flags&^(tokenFlagMAC|claimFlagReleased) != 0:
-			return nil, malformed("register: unknown flags %#x", flags)
-		case flags&tokenFlagMAC != 0 && mac == [MACSize]byte{}:
-			return nil, malformed("register: MAC flag with an all-zero MAC")
+			return nil, wire.Malformed("register: node index %d out of order", ni)
+		case flags&^(wire.FlagMAC|wire.FlagReleased) != 0:
+			return nil, wire.Malformed("register: unknown flags %#x", flags)
+		case flags&wire.FlagMAC != 0 && mac == [ownership.MACSize]byte{}:
+			return nil, wire.Malformed("register: MAC flag with an all-zero MAC")
 		}
 		if ni == used {
 			used++
 		}
 		n := nodes[ni]
 		c := Claim{
-			Token:    Token{Partition: uint32(p), Epoch: epoch, Owner: n.Name, Incarnation: n.Incarnation, MAC: mac},
-			Released: flags&claimFlagReleased != 0,
+			Token:    ownership.Token{Partition: uint32(p), Epoch: epoch, Owner: n.Name, Incarnation: n.Incarnation, MAC: mac},
+			Released: flags&wire.FlagReleased != 0,
 		}
 		if c.Token.IsZero() {
-			return nil, malformed("register: zero token for partition %d", p)
+			return nil, wire.Malformed("register: zero token for partition %d", p)
 		}
 		r.claims[p] = c
 		r.n++
 		next = p + 1
 	}
-	if err := d.end(); err != nil {
+	if err := d.End(); err != nil {
 		return nil, err
 	}
 	if used != nn {
-		return nil, malformed("register: %d of %d nodes unused", nn-used, nn)
+		return nil, wire.Malformed("register: %d of %d nodes unused", nn-used, nn)
 	}
 	return r, nil
 }

@@ -1,4 +1,4 @@
-package ownership
+package machine
 
 // TestingKnobs re-introduce defects this project has had, one switch each,
 // so that tenure's own test suites can prove they catch them (negative

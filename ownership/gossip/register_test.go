@@ -1,4 +1,4 @@
-package ownership
+package gossip
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tenure-go/tenure/ownership"
 )
 
 func TestClaimCompare(t *testing.T) {
@@ -43,7 +45,7 @@ func TestClaimEncoding(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(b) > MaxTokenSize {
+			if len(b) > ownership.MaxTokenSize {
 				t.Errorf("%v: %d bytes", c, len(b))
 			}
 			got, err := ParseClaim(b)
@@ -55,16 +57,16 @@ func TestClaimEncoding(t *testing.T) {
 				t.Errorf("UnmarshalBinary = %v, %v", u, err)
 			}
 			// An unreleased claim is encoded as its token; a release is not a token.
-			_, err = ParseToken(b)
+			_, err = ownership.ParseToken(b)
 			if rel != (err != nil) {
 				t.Errorf("%v: ParseToken of the claim: %v", c, err)
 			}
 		}
 	}
-	if _, err := ParseClaim([]byte{1, 4, 0, 0, 0, 0}); !errors.Is(err, ErrMalformedToken) {
+	if _, err := ParseClaim([]byte{1, 4, 0, 0, 0, 0}); !errors.Is(err, ownership.ErrMalformedToken) {
 		t.Errorf("unknown flag: %v", err)
 	}
-	if _, err := (Claim{Token: Token{Owner: strings.Repeat("x", 256)}}).MarshalBinary(); !errors.Is(err, ErrMalformedToken) {
+	if _, err := (Claim{Token: ownership.Token{Owner: strings.Repeat("x", 256)}}).MarshalBinary(); !errors.Is(err, ownership.ErrMalformedToken) {
 		t.Errorf("long owner: %v", err)
 	}
 }
@@ -87,7 +89,7 @@ func TestRegisterObserveGet(t *testing.T) {
 		{Claim{Token: t2}, true, Claim{Token: t2}},
 		{Claim{Token: t1, Released: true}, false, Claim{Token: t2}},
 		{Claim{}, false, Claim{Token: t2}},
-		{Claim{Token: Token{Partition: 2}, Released: true}, false, Claim{Token: t2}},
+		{Claim{Token: ownership.Token{Partition: 2}, Released: true}, false, Claim{Token: t2}},
 	}
 	for i, s := range steps {
 		if got := r.ObserveClaim(s.c); got != s.changed {
@@ -100,7 +102,7 @@ func TestRegisterObserveGet(t *testing.T) {
 	if r.Get(2) != t2 || !r.Get(1).IsZero() || !r.Get(99).IsZero() || !r.GetClaim(99).IsZero() {
 		t.Error("Get")
 	}
-	if r.Observe(memTok(4, 1, "a")) || r.Observe(Token{Epoch: 1, Owner: strings.Repeat("x", 256)}) {
+	if r.Observe(memTok(4, 1, "a")) || r.Observe(ownership.Token{Epoch: 1, Owner: strings.Repeat("x", 256)}) {
 		t.Error("out of range or unencodable claim recorded")
 	}
 	if !r.Observe(memTok(0, 3, "c")) || r.Len() != 2 || r.Partitions() != 4 {
@@ -125,7 +127,7 @@ func TestRegisterObserveGet(t *testing.T) {
 // token, different release flag or MAC) are common.
 func regRand(rng *rand.Rand, partitions int) Claim {
 	c := Claim{
-		Token: Token{
+		Token: ownership.Token{
 			Partition:   uint32(rng.IntN(partitions)),
 			Epoch:       uint64(rng.IntN(4)),
 			Owner:       []string{"", "a", "b"}[rng.IntN(3)],
@@ -134,7 +136,7 @@ func regRand(rng *rand.Rand, partitions int) Claim {
 		Released: rng.IntN(3) == 0,
 	}
 	if rng.IntN(2) == 0 {
-		c.Token.MAC[rng.IntN(MACSize)] = byte(1 + rng.IntN(2))
+		c.Token.MAC[rng.IntN(ownership.MACSize)] = byte(1 + rng.IntN(2))
 	}
 	return c
 }
@@ -273,7 +275,7 @@ func TestRegisterMergeProperties(t *testing.T) {
 func TestRegisterMergeSizeMismatch(t *testing.T) {
 	a := regFrom(t, 4, []Claim{{Token: memTok(0, 1, "a")}})
 	b := regFrom(t, 5, []Claim{{Token: memTok(0, 2, "b")}})
-	if _, err := a.Merge(b); !errors.Is(err, ErrPartitionRange) {
+	if _, err := a.Merge(b); !errors.Is(err, ownership.ErrPartitionRange) {
 		t.Fatalf("Merge of different sizes: %v", err)
 	}
 	if a.Get(0) != memTok(0, 1, "a") {
@@ -327,18 +329,18 @@ func TestUnmarshalRegisterRejects(t *testing.T) {
 	r := regFrom(t, 8, []Claim{
 		{Token: memTok(1, 3, "a")},
 		{Token: memTok(4, 2, "b"), Released: true},
-		{Token: Token{Partition: 5, Epoch: 9, Owner: "a", Incarnation: 21, MAC: [MACSize]byte{7}}},
+		{Token: ownership.Token{Partition: 5, Epoch: 9, Owner: "a", Incarnation: 21, MAC: [ownership.MACSize]byte{7}}},
 	})
 	good, _ := r.MarshalBinary()
 	if _, err := UnmarshalRegister(good); err != nil {
 		t.Fatal(err)
 	}
 	for i := range good {
-		if _, err := UnmarshalRegister(good[:i]); !errors.Is(err, ErrMalformedToken) {
+		if _, err := UnmarshalRegister(good[:i]); !errors.Is(err, ownership.ErrMalformedToken) {
 			t.Errorf("prefix of %d bytes: %v", i, err)
 		}
 	}
-	if _, err := UnmarshalRegister(append(slices.Clone(good), 0)); !errors.Is(err, ErrMalformedToken) {
+	if _, err := UnmarshalRegister(append(slices.Clone(good), 0)); !errors.Is(err, ownership.ErrMalformedToken) {
 		t.Errorf("trailing byte: %v", err)
 	}
 	cases := map[string][]byte{
@@ -352,11 +354,11 @@ func TestUnmarshalRegisterRejects(t *testing.T) {
 		"partition range":     {1, 8, 1, 1, 'a', 1, 1, 8, 0, 1, 0},
 		"gap wraps around":    {1, 8, 1, 1, 'a', 1, 2, 3, 0, 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 1, 0},
 		"unknown flag":        {1, 8, 1, 1, 'a', 1, 1, 0, 0, 1, 4},
-		"zero MAC":            append([]byte{1, 8, 1, 1, 'a', 1, 1, 0, 0, 1, 1}, make([]byte, MACSize)...),
+		"zero MAC":            append([]byte{1, 8, 1, 1, 'a', 1, 1, 0, 0, 1, 1}, make([]byte, ownership.MACSize)...),
 		"zero token":          {1, 8, 1, 0, 0, 1, 0, 0, 0, 0},
 	}
 	for name, b := range cases {
-		if _, err := UnmarshalRegister(b); !errors.Is(err, ErrMalformedToken) {
+		if _, err := UnmarshalRegister(b); !errors.Is(err, ownership.ErrMalformedToken) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -365,7 +367,7 @@ func TestUnmarshalRegisterRejects(t *testing.T) {
 	for name, b := range map[string][]byte{
 		"one node":  {1, 8, 1, 1, 'a', 1, 1, 0, 0, 1, 0},
 		"two nodes": {1, 8, 2, 1, 'a', 1, 1, 'b', 1, 2, 0, 0, 1, 0, 0, 1, 1, 0},
-		"MAC":       append([]byte{1, 8, 1, 1, 'a', 1, 1, 0, 0, 1, 1}, bytes.Repeat([]byte{1}, MACSize)...),
+		"MAC":       append([]byte{1, 8, 1, 1, 'a', 1, 1, 0, 0, 1, 1}, bytes.Repeat([]byte{1}, ownership.MACSize)...),
 	} {
 		if _, err := UnmarshalRegister(b); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -377,7 +379,7 @@ func FuzzUnmarshalRegister(f *testing.F) {
 	seed, _ := NewRegister(8)
 	seed.ObserveClaim(Claim{Token: memTok(1, 3, "a")})
 	seed.ObserveClaim(Claim{Token: memTok(4, 2, "b"), Released: true})
-	seed.Observe(Token{Partition: 7, Epoch: 9, Owner: "a", Incarnation: 21, MAC: [MACSize]byte{7}})
+	seed.Observe(ownership.Token{Partition: 7, Epoch: 9, Owner: "a", Incarnation: 21, MAC: [ownership.MACSize]byte{7}})
 	b, _ := seed.MarshalBinary()
 	f.Add(b)
 	empty, _ := NewRegister(3)
@@ -427,9 +429,9 @@ func FuzzParseClaim(f *testing.F) {
 // benchRegister is a register of 1024 partitions owned by 10 nodes.
 func benchRegister(b *testing.B, signed bool) *Register {
 	r, _ := NewRegister(1024)
-	k, _ := NewKeyring(macTestKey(1))
+	k, _ := ownership.NewKeyring(macTestKey(1))
 	for p := range uint32(1024) {
-		tok := Token{Partition: p, Epoch: uint64(p%7) + 1, Owner: fmt.Sprintf("node-%d.example", p%10), Incarnation: 0x9e3779b97f4a7c15 + uint64(p%10)}
+		tok := ownership.Token{Partition: p, Epoch: uint64(p%7) + 1, Owner: fmt.Sprintf("node-%d.example", p%10), Incarnation: 0x9e3779b97f4a7c15 + uint64(p%10)}
 		if signed {
 			tok = k.Sign(tok)
 		}

@@ -1,4 +1,4 @@
-package ownership
+package gossip
 
 import (
 	"context"
@@ -7,32 +7,34 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tenure-go/tenure/ownership"
 )
 
 func TestGossipAuthorityClaim(t *testing.T) {
 	ctx := testCtx(t)
 	reg, _ := NewRegister(4)
-	a, err := NewGossipAuthority(reg, nil)
+	a, err := NewAuthority(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n1 := Node{Name: "n1", Incarnation: 11}
-	n2 := Node{Name: "n2", Incarnation: 22}
+	n1 := ownership.Node{Name: "n1", Incarnation: 11}
+	n2 := ownership.Node{Name: "n2", Incarnation: 22}
 
-	tok, err := a.Claim(ctx, 2, n1, Token{})
-	if want := (Token{Partition: 2, Epoch: 1, Owner: "n1", Incarnation: 11}); err != nil || tok != want {
+	tok, err := a.Claim(ctx, 2, n1, ownership.Token{})
+	if want := (ownership.Token{Partition: 2, Epoch: 1, Owner: "n1", Incarnation: 11}); err != nil || tok != want {
 		t.Fatalf("first claim = %v, %v; want %v", tok, err, want)
 	}
 	if reg.GetClaim(2) != (Claim{Token: tok}) {
 		t.Fatalf("claim not recorded: %v", reg.GetClaim(2))
 	}
 	// Gossip heard a higher epoch: the next claim goes above it.
-	reg.Observe(Token{Partition: 2, Epoch: 7, Owner: "n3", Incarnation: 3})
-	if tok, err = a.Claim(ctx, 2, n2, Token{}); err != nil || tok.Epoch != 8 || tok.Node() != n2 {
+	reg.Observe(ownership.Token{Partition: 2, Epoch: 7, Owner: "n3", Incarnation: 3})
+	if tok, err = a.Claim(ctx, 2, n2, ownership.Token{}); err != nil || tok.Epoch != 8 || tok.Node() != n2 {
 		t.Fatalf("claim after gossip = %v, %v", tok, err)
 	}
 	// A fence answered with a higher mark: max(gossip, mark) + 1.
-	mark := Token{Partition: 2, Epoch: 20, Owner: "n9"}
+	mark := ownership.Token{Partition: 2, Epoch: 20, Owner: "n9"}
 	if tok, err = a.Claim(ctx, 2, n1, mark); err != nil || tok.Epoch != 21 {
 		t.Fatalf("claim after a stale answer = %v, %v", tok, err)
 	}
@@ -40,11 +42,11 @@ func TestGossipAuthorityClaim(t *testing.T) {
 		t.Fatalf("register holds %v, want %v", reg.Get(2), tok)
 	}
 	// A lower seen token changes nothing.
-	if tok, err = a.Claim(ctx, 2, n2, Token{Partition: 2, Epoch: 1}); err != nil || tok.Epoch != 22 {
+	if tok, err = a.Claim(ctx, 2, n2, ownership.Token{Partition: 2, Epoch: 1}); err != nil || tok.Epoch != 22 {
 		t.Fatalf("claim with a low seen = %v, %v", tok, err)
 	}
 	// Partitions are independent.
-	if tok, err = a.Claim(ctx, 0, n1, Token{}); err != nil || tok.Epoch != 1 {
+	if tok, err = a.Claim(ctx, 0, n1, ownership.Token{}); err != nil || tok.Epoch != 1 {
 		t.Fatalf("claim of partition 0 = %v, %v", tok, err)
 	}
 }
@@ -52,29 +54,29 @@ func TestGossipAuthorityClaim(t *testing.T) {
 func TestGossipAuthorityBadInput(t *testing.T) {
 	ctx := testCtx(t)
 	reg, _ := NewRegister(4)
-	a, _ := NewGossipAuthority(reg, nil)
-	n := Node{Name: "n", Incarnation: 1}
-	if _, err := NewGossipAuthority(nil, nil); err == nil {
+	a, _ := NewAuthority(reg, nil)
+	n := ownership.Node{Name: "n", Incarnation: 1}
+	if _, err := NewAuthority(nil, nil); err == nil {
 		t.Error("nil register accepted")
 	}
-	if _, err := a.Claim(ctx, 4, n, Token{}); !errors.Is(err, ErrPartitionRange) {
+	if _, err := a.Claim(ctx, 4, n, ownership.Token{}); !errors.Is(err, ownership.ErrPartitionRange) {
 		t.Errorf("partition out of range: %v", err)
 	}
-	if _, err := a.Claim(ctx, 1, Node{}, Token{}); err == nil {
+	if _, err := a.Claim(ctx, 1, ownership.Node{}, ownership.Token{}); err == nil {
 		t.Error("empty name accepted")
 	}
-	if _, err := a.Claim(ctx, 1, Node{Name: strings.Repeat("x", MaxOwnerSize+1)}, Token{}); err == nil {
+	if _, err := a.Claim(ctx, 1, ownership.Node{Name: strings.Repeat("x", ownership.MaxOwnerSize+1)}, ownership.Token{}); err == nil {
 		t.Error("long name accepted")
 	}
-	if _, err := a.Claim(ctx, 1, n, Token{Partition: 2, Epoch: 5}); err == nil {
+	if _, err := a.Claim(ctx, 1, n, ownership.Token{Partition: 2, Epoch: 5}); err == nil {
 		t.Error("seen token of another partition accepted")
 	}
-	if _, err := a.Claim(ctx, 1, n, Token{Partition: 1, Epoch: math.MaxUint64}); err == nil {
+	if _, err := a.Claim(ctx, 1, n, ownership.Token{Partition: 1, Epoch: math.MaxUint64}); err == nil {
 		t.Error("exhausted epoch accepted")
 	}
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := a.Claim(done, 1, n, Token{}); !errors.Is(err, context.Canceled) {
+	if _, err := a.Claim(done, 1, n, ownership.Token{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("done context: %v", err)
 	}
 	if reg.Len() != 0 {
@@ -84,10 +86,10 @@ func TestGossipAuthorityBadInput(t *testing.T) {
 
 func TestGossipAuthoritySigns(t *testing.T) {
 	ctx := testCtx(t)
-	k, _ := NewKeyring(macTestKey(5))
+	k, _ := ownership.NewKeyring(macTestKey(5))
 	reg, _ := NewRegister(1)
-	a, _ := NewGossipAuthority(reg, k)
-	tok, err := a.Claim(ctx, 0, Node{Name: "n", Incarnation: 1}, Token{})
+	a, _ := NewAuthority(reg, k)
+	tok, err := a.Claim(ctx, 0, ownership.Node{Name: "n", Incarnation: 1}, ownership.Token{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestGossipAuthoritySigns(t *testing.T) {
 		t.Fatalf("register holds %v, want the signed %v", reg.Get(0), tok)
 	}
 	// The fence accepts it.
-	f, _ := NewMemoryFenceConfig(MemoryFenceConfig{Partitions: 1, Keyring: k})
+	f, _ := ownership.NewMemoryFenceConfig(ownership.MemoryFenceConfig{Partitions: 1, Keyring: k})
 	if _, err := f.Fence(ctx, tok); err != nil {
 		t.Fatal(err)
 	}
@@ -109,14 +111,14 @@ func TestGossipAuthorityConcurrent(t *testing.T) {
 	ctx := testCtx(t)
 	const goroutines, each = 8, 200
 	reg, _ := NewRegister(2)
-	a, _ := NewGossipAuthority(reg, nil)
+	a, _ := NewAuthority(reg, nil)
 	var mu sync.Mutex
 	seen := map[uint64]bool{}
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
 			for range each {
-				tok, err := a.Claim(ctx, 1, Node{Name: "n", Incarnation: uint64(g)}, Token{})
+				tok, err := a.Claim(ctx, 1, ownership.Node{Name: "n", Incarnation: uint64(g)}, ownership.Token{})
 				if err != nil {
 					t.Error(err)
 					return

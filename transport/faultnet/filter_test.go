@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-
-	"github.com/tenure-go/tenure/coordinator/faultnet"
+	"github.com/tenure-go/tenure/transport/faultnet"
 )
 
 // A Filter drops packets to and from a blocked peer and refuses dials to

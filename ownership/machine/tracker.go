@@ -1,8 +1,12 @@
-package ownership
+package machine
 
-import "slices"
+import (
+	"slices"
 
-// quorum decides whether a node sees enough of the cluster to keep its
+	"github.com/tenure-go/tenure/ownership/quorum"
+)
+
+// tracker decides whether a node sees enough of the cluster to keep its
 // leases (L4), and keeps the stable membership it counts against. It is
 // part of the Machine and runs on its logical clock.
 //
@@ -57,7 +61,7 @@ import "slices"
 // what keeps a node that restarts on the minority side of a split, or that
 // sat on the far side of a split that later reshaped, from counting a
 // quorum the cluster no longer gives it.
-type quorum struct {
+type tracker struct {
 	self        string
 	bootstrap   bool
 	min         int
@@ -66,18 +70,18 @@ type quorum struct {
 	maxRetry    uint64 // longest wait between asks
 	knobs       *TestingKnobs
 
-	stable    Stable
-	view      []string            // members seen now, sorted, self included
-	reached   []string            // view minus the members that don't answer probes
-	ids       map[string]StableID // stable ID each member of the view shows
-	viewSince uint64              // tick of the last change of view
+	stable    quorum.Stable
+	view      []string                   // members seen now, sorted, self included
+	reached   []string                   // view minus the members that don't answer probes
+	ids       map[string]quorum.StableID // stable ID each member of the view shows
+	viewSince uint64                     // tick of the last change of view
 	hasView   bool
 	ok        bool
 	outdated  bool
-	doubt     bool                 // pending is known: no quorum, no promotion, but leaves still count
-	asked     map[StableID]syncAsk // per newer stable ID the view shows: whom this node asked for it
-	pending   Stable               // heard and newer, but no quorum of it is known
-	pendingAt uint64               // tick pending was last heard
+	doubt     bool                        // pending is known: no quorum, no promotion, but leaves still count
+	asked     map[quorum.StableID]syncAsk // per newer stable ID the view shows: whom this node asked for it
+	pending   quorum.Stable               // heard and newer, but no quorum of it is known
+	pendingAt uint64                      // tick pending was last heard
 }
 
 // A ViewMember is one member of a view of the membership, as gossip shows
@@ -89,7 +93,7 @@ type ViewMember struct {
 	Incarnation uint64
 	// Stable is the ID of the stable membership the member holds (from its
 	// metadata); zero if it has none yet or says nothing.
-	Stable StableID
+	Stable quorum.StableID
 	// Leaving: the member is handing its partitions off before it leaves.
 	// It is still a member (it counts for quorum and still serves what it
 	// holds) but places no partitions.
@@ -104,10 +108,10 @@ type ViewMember struct {
 
 // setView records a new view. left names members that left gracefully
 // since the last view (their goodbye heard). It reports whether the stable membership changed.
-func (q *quorum) setView(now uint64, members []ViewMember, left []string) bool {
+func (q *tracker) setView(now uint64, members []ViewMember, left []string) bool {
 	names := make([]string, 0, len(members))
 	reached := make([]string, 0, len(members))
-	ids := make(map[string]StableID, len(members))
+	ids := make(map[string]quorum.StableID, len(members))
 	for _, m := range members {
 		names = append(names, m.Name)
 		if !m.Unreachable || m.Name == q.self {
@@ -143,14 +147,14 @@ func (q *quorum) setView(now uint64, members []ViewMember, left []string) bool {
 				// quorum promoted yet may be on the leaver's side of a
 				// split that kept the old set's quorum on the other.
 				rest := slices.DeleteFunc(slices.Clone(prev), func(m string) bool { return slices.Contains(left, m) || !q.stable.Has(m) })
-				q.stable = NewStable(q.stable.Version+1, rest)
+				q.stable = quorum.NewStable(q.stable.Version+1, rest)
 			} else {
-				q.stable = NewStable(q.stable.Version+1, slices.DeleteFunc(slices.Clone(q.stable.Members), func(m string) bool { return m == x }))
+				q.stable = quorum.NewStable(q.stable.Version+1, slices.DeleteFunc(slices.Clone(q.stable.Members), func(m string) bool { return m == x }))
 			}
 			changed = true
 		}
 	}
-	if p := q.pending; p.Known() && quorumCount(p.Members, q.known()) {
+	if p := q.pending; p.Known() && quorum.Majority(p.Members, q.known()) {
 		changed = q.heard(now, p) || changed
 	}
 	return q.eval(now) || changed
@@ -158,21 +162,21 @@ func (q *quorum) setView(now uint64, members []ViewMember, left []string) bool {
 
 // heard merges a stable membership heard from another node and reports
 // whether it replaced this node's.
-func (q *quorum) heard(now uint64, s Stable) bool {
+func (q *tracker) heard(now uint64, s quorum.Stable) bool {
 	if q.knobs != nil && q.knobs.StableFromFirstView {
 		return false
 	}
-	if !s.valid() || s.ID().Compare(q.stable.ID()) <= 0 || !plausibleID(q.stable.ID(), s.ID()) {
+	if !s.Valid() || s.ID().Compare(q.stable.ID()) <= 0 || !quorum.Plausible(q.stable.ID(), s.ID()) {
 		return false
 	}
-	if !quorumCount(s.Members, q.known()) {
+	if !quorum.Majority(s.Members, q.known()) {
 		if s.ID().Compare(q.pending.ID()) >= 0 {
 			q.pending, q.pendingAt = s, now
 			q.eval(now)
 		}
 		return false
 	}
-	q.pending = Stable{}
+	q.pending = quorum.Stable{}
 	q.stable = s
 	// The view must now stay unchanged for StableAfter before this node
 	// promotes it over the set it just learned: otherwise two nodes whose
@@ -185,22 +189,22 @@ func (q *quorum) heard(now uint64, s Stable) bool {
 
 // eval applies the rules above at tick now and reports whether the stable
 // membership changed. It also updates ok and outdated.
-func (q *quorum) eval(now uint64) bool {
+func (q *tracker) eval(now uint64) bool {
 	changed := false
 	if q.knobs != nil && q.knobs.StableFromFirstView && !q.stable.Known() && q.hasView {
 		// The defect this knob restores: a node trusts its own first view.
-		q.stable, changed = NewStable(1, q.view), true
+		q.stable, changed = quorum.NewStable(1, q.view), true
 	}
 	if !q.stable.Known() {
 		switch {
 		case q.bootstrap:
-			q.stable, changed = NewStable(1, []string{q.self}), true
+			q.stable, changed = quorum.NewStable(1, []string{q.self}), true
 		case q.hasView && q.allFresh() && now-q.viewSince >= q.stableAfter:
-			q.stable, changed = NewStable(1, q.view), true
+			q.stable, changed = quorum.NewStable(1, q.view), true
 		}
 	}
 	if q.pending.Known() && (q.pending.ID().Compare(q.stable.ID()) <= 0 || now-q.pendingAt > q.stableAfter) {
-		q.pending = Stable{}
+		q.pending = quorum.Stable{}
 	}
 	// A newer stable membership heard lately, of which no quorum is known,
 	// puts this node in doubt until it expires (StableAfter after it was
@@ -212,16 +216,16 @@ func (q *quorum) eval(now uint64) bool {
 	q.doubt = q.pending.Known()
 	q.outdated = false
 	for _, m := range q.view {
-		if q.ids[m].Compare(q.stable.ID()) > 0 && plausibleID(q.stable.ID(), q.ids[m]) && (q.knobs == nil || !q.knobs.StableFromFirstView) {
+		if q.ids[m].Compare(q.stable.ID()) > 0 && quorum.Plausible(q.stable.ID(), q.ids[m]) && (q.knobs == nil || !q.knobs.StableFromFirstView) {
 			q.outdated = true
 		}
 	}
 	if q.stable.Known() && !q.outdated && !q.doubt && q.hasView && !slices.Equal(q.view, q.stable.Members) {
 		switch {
-		case containsAll(q.reached, q.stable.Members) && q.newcomersFresh():
-			q.stable, changed = NewStable(q.stable.Version+1, q.view), true
+		case quorum.Count(q.stable.Members, q.reached) == len(q.stable.Members) && q.newcomersFresh():
+			q.stable, changed = quorum.NewStable(q.stable.Version+1, q.view), true
 		case now-q.viewSince >= q.stableAfter && q.count(q.reached):
-			q.stable, changed = NewStable(q.stable.Version+1, q.view), true
+			q.stable, changed = quorum.NewStable(q.stable.Version+1, q.view), true
 		}
 	}
 	switch {
@@ -234,11 +238,11 @@ func (q *quorum) eval(now uint64) bool {
 }
 
 // count reports whether seen holds a quorum of the stable membership.
-func (q *quorum) count(seen []string) bool {
+func (q *tracker) count(seen []string) bool {
 	if q.knobs != nil && q.knobs.HalfIsQuorum {
-		return len(q.stable.Members) > 0 && 2*countIn(seen, q.stable.Members) >= len(q.stable.Members)
+		return len(q.stable.Members) > 0 && 2*quorum.Count(seen, q.stable.Members) >= len(q.stable.Members)
 	}
-	return quorumCount(q.stable.Members, seen)
+	return quorum.Majority(q.stable.Members, seen)
 }
 
 // newcomersFresh reports whether every member of the view outside the
@@ -247,9 +251,9 @@ func (q *quorum) count(seen []string) bool {
 // the far side of a split, where it may have learnt this node's; the view
 // may still hold members this node lost to the same split (their failure
 // not yet detected), so it joins by promotion only.
-func (q *quorum) newcomersFresh() bool {
+func (q *tracker) newcomersFresh() bool {
 	for _, m := range q.view {
-		if m != q.self && !q.stable.Has(m) && q.ids[m] != (StableID{}) {
+		if m != q.self && !q.stable.Has(m) && q.ids[m] != (quorum.StableID{}) {
 			return false
 		}
 	}
@@ -258,9 +262,9 @@ func (q *quorum) newcomersFresh() bool {
 
 // allFresh reports whether no member of the view holds a stable
 // membership.
-func (q *quorum) allFresh() bool {
+func (q *tracker) allFresh() bool {
 	for _, m := range q.view {
-		if q.ids[m] != (StableID{}) {
+		if q.ids[m] != (quorum.StableID{}) {
 			return false
 		}
 	}
@@ -269,7 +273,7 @@ func (q *quorum) allFresh() bool {
 
 // known returns the members of the view and of the stable membership,
 // sorted: the names this node has reason to believe exist.
-func (q *quorum) known() []string {
+func (q *tracker) known() []string {
 	out := append(slices.Clone(q.view), q.stable.Members...)
 	slices.Sort(out)
 	return slices.Compact(out)
@@ -301,7 +305,7 @@ type syncAsk struct {
 // entry is forgotten once this node's stable membership reaches its ID or
 // no member of the view shows it, so asked never holds more entries than
 // the view has members.
-func (q *quorum) toAsk(now uint64) []string {
+func (q *tracker) toAsk(now uint64) []string {
 	own := q.stable.ID()
 	for id := range q.asked {
 		if id.Compare(own) <= 0 || !q.shown(id) {
@@ -311,7 +315,7 @@ func (q *quorum) toAsk(now uint64) []string {
 	var out []string
 	for _, m := range q.view {
 		id := q.ids[m]
-		if m == q.self || id.Compare(own) <= 0 || !plausibleID(own, id) {
+		if m == q.self || id.Compare(own) <= 0 || !quorum.Plausible(own, id) {
 			continue
 		}
 		a, ok := q.asked[id]
@@ -323,7 +327,7 @@ func (q *quorum) toAsk(now uint64) []string {
 			next.tries = a.tries + 1
 		}
 		if q.asked == nil {
-			q.asked = make(map[StableID]syncAsk)
+			q.asked = make(map[quorum.StableID]syncAsk)
 		}
 		q.asked[id] = next
 		out = append(out, next.node)
@@ -333,7 +337,7 @@ func (q *quorum) toAsk(now uint64) []string {
 
 // askWait is how long toAsk waits for an answer after the tries+1st ask
 // for one stable ID before it asks again.
-func (q *quorum) askWait(tries int) uint64 {
+func (q *tracker) askWait(tries int) uint64 {
 	base := max(q.retry, 1)
 	limit := q.maxRetry
 	if limit < base {
@@ -348,7 +352,7 @@ func (q *quorum) askWait(tries int) uint64 {
 
 // shown reports whether a member of the view other than this node shows
 // stable ID id.
-func (q *quorum) shown(id StableID) bool {
+func (q *tracker) shown(id quorum.StableID) bool {
 	for m, mid := range q.ids {
 		if m != q.self && mid == id {
 			return true
@@ -360,7 +364,7 @@ func (q *quorum) shown(id StableID) bool {
 // pick returns the member of the view to ask for stable ID id: the first
 // time, one chosen by this node's name; then the next, in name order,
 // after the member asked last.
-func (q *quorum) pick(id StableID, last string, first bool) string {
+func (q *tracker) pick(id quorum.StableID, last string, first bool) string {
 	var shows []string
 	for _, m := range q.view {
 		if m != q.self && q.ids[m] == id {

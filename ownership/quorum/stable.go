@@ -1,4 +1,4 @@
-package ownership
+package quorum
 
 import (
 	"cmp"
@@ -86,9 +86,10 @@ func (s Stable) String() string {
 	return fmt.Sprintf("v%d{%s}", s.Version, strings.Join(s.Members, ","))
 }
 
-// valid reports whether s is well formed: sorted, distinct, non-empty
-// names, and members exactly when the version is above 0.
-func (s Stable) valid() bool {
+// Valid reports whether s is well formed: sorted, distinct, non-empty
+// names of at most MaxMemberSize bytes, and members exactly when the version
+// is above 0.
+func (s Stable) Valid() bool {
 	if s.Version == 0 {
 		return len(s.Members) == 0
 	}
@@ -96,12 +97,18 @@ func (s Stable) valid() bool {
 		return false
 	}
 	for i, m := range s.Members {
-		if m == "" || len(m) > MaxOwnerSize || i > 0 && s.Members[i-1] >= m {
+		if m == "" || len(m) > MaxMemberSize || i > 0 && s.Members[i-1] >= m {
 			return false
 		}
 	}
 	return true
 }
+
+// MaxMemberSize is the longest member name a stable membership holds, in
+// bytes: a member is a node, and its name an owner's
+// (ownership.MaxOwnerSize; this package imports nothing of ownership, so
+// that the core's gossip codec can carry a Stable).
+const MaxMemberSize = 255
 
 // MaxStableJump is the most a stable membership heard from the network
 // (a message, or the ID in a member's metadata) may raise the version
@@ -110,24 +117,24 @@ func (s Stable) valid() bool {
 // push the version to its end (where Version+1 wraps to "not known").
 const MaxStableJump = 1 << 32
 
-// plausibleID reports whether id, heard from the network, is within
+// Plausible reports whether id, heard from the network, is within
 // MaxStableJump of own.
-func plausibleID(own, id StableID) bool {
+func Plausible(own, id StableID) bool {
 	return id.Version <= own.Version || id.Version-own.Version <= MaxStableJump
 }
 
-// quorumCount reports whether seen (sorted names, the members a node sees)
+// Majority reports whether seen (sorted names, the members a node sees)
 // holds a quorum of the stable membership: more than half of its members.
 // Exactly half is not a quorum, whichever half: a tie-breaker (say, the
 // half with the lowest name) would let a half count against a stable set
 // that was just grown by a join, while the other side still counts a
 // majority of the set before the join (found by the simulator).
-func quorumCount(stable []string, seen []string) bool {
-	return len(stable) > 0 && 2*countIn(seen, stable) > len(stable)
+func Majority(stable []string, seen []string) bool {
+	return len(stable) > 0 && 2*Count(seen, stable) > len(stable)
 }
 
-// countIn counts the names of sub found in sorted set.
-func countIn(sub, set []string) int {
+// Count counts the names of sub found in sorted set.
+func Count(sub, set []string) int {
 	n := 0
 	for _, m := range sub {
 		if _, found := slices.BinarySearch(set, m); found {
@@ -136,5 +143,3 @@ func countIn(sub, set []string) int {
 	}
 	return n
 }
-
-func containsAll(set, sub []string) bool { return countIn(sub, set) == len(sub) }

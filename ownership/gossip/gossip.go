@@ -1,24 +1,28 @@
-package ownership
+package gossip
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/internal/wire"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 // Gossip is input from the network: anything that can send a packet to a
 // node's gossip port can offer it a message. Every message names its
 // cluster and sender, and when the cluster has token keys it carries a MAC
-// under them, which OpenGossip checks before anything in it is believed.
+// under them, which Open checks before anything in it is believed.
 // Without keys a cluster trusts whoever can reach its gossip port (encrypt
 // gossip, or set token keys). Even then a claim can't move a partition's
 // epoch by more than MaxEpochJump at once, so no single message can
 // exhaust an epoch and make a partition unclaimable.
 //
-// Every kind of message travels on one channel (GossipKind.Channel):
+// Every kind of message travels on one channel (Kind.Channel):
 // claims and stable memberships are broadcasts, a node's whole state
-// travels in memberlist's push/pull. OpenGossip is told the channel the
+// travels in memberlist's push/pull. Open is told the channel the
 // bytes came in on and refuses every other kind before reading its body,
 // and the MAC is computed under a context that names the channel, so a
 // broadcast's MAC does not verify as a state's even where a caller forgot
@@ -57,7 +61,7 @@ import (
 // capture messages to replay.
 
 // ErrWrongCluster: a gossip message names another cluster.
-var ErrWrongCluster = errors.New("tenure: gossip from another cluster")
+var ErrWrongCluster = errors.New("gossip: gossip from another cluster")
 
 // MaxEpochJump is the most a heard claim may raise a partition's epoch above
 // what the node knew (see Register.ObserveHeard). A cluster moves a
@@ -66,87 +70,87 @@ var ErrWrongCluster = errors.New("tenure: gossip from another cluster")
 // epoch.
 const MaxEpochJump = 1 << 32
 
-// GossipKind says what a gossip message carries.
-type GossipKind uint8
+// Kind says what a gossip message carries.
+type Kind uint8
 
 // The kinds of gossip message.
 const (
-	GossipClaim  GossipKind = iota + 1 // one claim or release (a broadcast)
-	GossipStable                       // a stable membership (a broadcast)
-	GossipState                        // a node's whole state: stable membership and register (push/pull)
+	KindClaim  Kind = iota + 1 // one claim or release (a broadcast)
+	KindStable                 // a stable membership (a broadcast)
+	KindState                  // a node's whole state: stable membership and register (push/pull)
 )
 
-// A GossipChannel is where a gossip message travels. Each kind has one
-// (Channel), and OpenGossip opens only the kinds of the channel it is
+// A Channel is where a gossip message travels. Each kind has one
+// (Channel), and Open opens only the kinds of the channel it is
 // told the bytes came in on.
-type GossipChannel uint8
+type Channel uint8
 
 // The gossip channels.
 const (
-	// GossipBroadcast: memberlist user messages, by UDP or TCP (the
+	// Broadcast: memberlist user messages, by UDP or TCP (the
 	// delegate's GetBroadcasts and NotifyMsg): claims and stable
 	// memberships.
-	GossipBroadcast GossipChannel = iota + 1
-	// GossipPushPull: the user state of memberlist's push/pull exchange
+	Broadcast Channel = iota + 1
+	// PushPull: the user state of memberlist's push/pull exchange
 	// (the delegate's LocalState and MergeRemoteState): states.
-	GossipPushPull
+	PushPull
 )
 
-func (c GossipChannel) String() string {
+func (c Channel) String() string {
 	switch c {
-	case GossipBroadcast:
+	case Broadcast:
 		return "broadcast"
-	case GossipPushPull:
+	case PushPull:
 		return "push/pull"
 	}
-	return fmt.Sprintf("GossipChannel(%d)", uint8(c))
+	return fmt.Sprintf("Channel(%d)", uint8(c))
 }
 
 // Channel returns the channel messages of kind k travel on (zero for an
 // unknown kind).
-func (k GossipKind) Channel() GossipChannel {
+func (k Kind) Channel() Channel {
 	switch k {
-	case GossipClaim, GossipStable:
-		return GossipBroadcast
-	case GossipState:
-		return GossipPushPull
+	case KindClaim, KindStable:
+		return Broadcast
+	case KindState:
+		return PushPull
 	}
 	return 0
 }
 
-func (k GossipKind) String() string {
+func (k Kind) String() string {
 	switch k {
-	case GossipClaim:
+	case KindClaim:
 		return "claim"
-	case GossipStable:
+	case KindStable:
 		return "stable"
-	case GossipState:
+	case KindState:
 		return "state"
 	}
-	return fmt.Sprintf("GossipKind(%d)", uint8(k))
+	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
-// A GossipMessage is one message of tenure's gossip protocol.
-type GossipMessage struct {
-	Kind    GossipKind
+// A Message is one message of tenure's gossip protocol.
+type Message struct {
+	Kind    Kind
 	Cluster string // the cluster name; at most 255 bytes
 	Sender  string // the sending node's name; at most MaxOwnerSize bytes
-	// Claim, for GossipClaim.
+	// Claim, for KindClaim.
 	Claim Claim
-	// Stable, for GossipStable and GossipState (zero if the sender has none).
-	Stable Stable
-	// Register, for GossipState.
+	// Stable, for KindStable and KindState (zero if the sender has none).
+	Stable quorum.Stable
+	// Register, for KindState.
 	Register *Register
 }
 
 // Claims returns the claims m carries: a claim message's one claim, or
 // the claims of a state's register.
-func (m GossipMessage) Claims() iter.Seq[Claim] {
+func (m Message) Claims() iter.Seq[Claim] {
 	return func(yield func(Claim) bool) {
 		switch {
-		case m.Kind == GossipClaim:
+		case m.Kind == KindClaim:
 			yield(m.Claim)
-		case m.Kind == GossipState && m.Register != nil:
+		case m.Kind == KindState && m.Register != nil:
 			for c := range m.Register.All() {
 				if !yield(c) {
 					return
@@ -160,7 +164,7 @@ func (m GossipMessage) Claims() iter.Seq[Claim] {
 //
 //	magic     1 byte, 0x67 ('g')
 //	version   1 byte, 2
-//	kind      1 byte (GossipKind)
+//	kind      1 byte (Kind)
 //	flags     1 byte: bit 0 set when a MAC follows; other bits zero
 //	cluster   1 byte length, then the name
 //	sender    1 byte length, then the name
@@ -188,18 +192,18 @@ const (
 )
 
 // Seal encodes m and, when keys is not nil, appends its MAC.
-func (m GossipMessage) Seal(keys *Keyring) ([]byte, error) {
+func (m Message) Seal(keys *ownership.Keyring) ([]byte, error) {
 	switch {
 	case len(m.Cluster) > 255:
-		return nil, malformed("gossip: cluster name is %d bytes, at most 255", len(m.Cluster))
-	case m.Sender == "" || len(m.Sender) > MaxOwnerSize:
-		return nil, malformed("gossip: sender name is %d bytes, want 1 to %d", len(m.Sender), MaxOwnerSize)
-	case m.Kind < GossipClaim || m.Kind > GossipState:
-		return nil, malformed("gossip: unknown kind %d", m.Kind)
-	case m.Kind != GossipClaim && !m.Stable.valid():
-		return nil, malformed("gossip: invalid stable membership %v", m.Stable)
-	case m.Kind == GossipState && m.Register == nil:
-		return nil, malformed("gossip: state without a register")
+		return nil, wire.Malformed("gossip: cluster name is %d bytes, at most 255", len(m.Cluster))
+	case m.Sender == "" || len(m.Sender) > ownership.MaxOwnerSize:
+		return nil, wire.Malformed("gossip: sender name is %d bytes, want 1 to %d", len(m.Sender), ownership.MaxOwnerSize)
+	case m.Kind < KindClaim || m.Kind > KindState:
+		return nil, wire.Malformed("gossip: unknown kind %d", m.Kind)
+	case m.Kind != KindClaim && !m.Stable.Valid():
+		return nil, wire.Malformed("gossip: invalid stable membership %v", m.Stable)
+	case m.Kind == KindState && m.Register == nil:
+		return nil, wire.Malformed("gossip: state without a register")
 	}
 	var flags byte
 	if keys != nil {
@@ -211,11 +215,11 @@ func (m GossipMessage) Seal(keys *Keyring) ([]byte, error) {
 	b = append(b, m.Sender...)
 	var err error
 	switch m.Kind {
-	case GossipClaim:
+	case KindClaim:
 		b, err = m.Claim.AppendBinary(b)
-	case GossipStable:
+	case KindStable:
 		b = appendStable(b, m.Stable)
-	case GossipState:
+	case KindState:
 		b = appendStable(b, m.Stable)
 		b, err = m.Register.AppendBinary(b)
 	}
@@ -223,13 +227,13 @@ func (m GossipMessage) Seal(keys *Keyring) ([]byte, error) {
 		return nil, err
 	}
 	if keys != nil {
-		mac := keys.sealBytes(m.Kind.Channel(), b)
+		mac := keys.MAC(macContext(m.Kind.Channel()), b)
 		b = append(b, mac[:]...)
 	}
 	return b, nil
 }
 
-func appendStable(b []byte, s Stable) []byte {
+func appendStable(b []byte, s quorum.Stable) []byte {
 	b = binary.AppendUvarint(b, s.Version)
 	b = binary.AppendUvarint(b, uint64(len(s.Members)))
 	for _, m := range s.Members {
@@ -239,84 +243,84 @@ func appendStable(b []byte, s Stable) []byte {
 	return b
 }
 
-// OpenGossip decodes a gossip message received from the network on channel
+// Open decodes a gossip message received from the network on channel
 // ch and checks it: it must be well formed and of a kind that travels on ch
 // (else an error wrapping ErrMalformedToken; the body of a kind of another
 // channel is not read), name cluster (else ErrWrongCluster), and, when keys
 // is not nil, carry a MAC for ch that verifies under keys, every token in
 // it too (else ErrBadMAC). A message it returns without error has the
-// fields of its kind set: a GossipState has a Register. It never panics.
-func OpenGossip(b []byte, ch GossipChannel, cluster string, keys *Keyring) (GossipMessage, error) {
-	var m GossipMessage
-	d := decoder{b: b}
-	magic, version := d.byte(), d.byte()
-	if d.ok() && (magic != gossipMagic || version != gossipVersion) {
-		return m, malformed("gossip: not a tenure gossip message (%#x %d)", magic, version)
+// fields of its kind set: a KindState has a Register. It never panics.
+func Open(b []byte, ch Channel, cluster string, keys *ownership.Keyring) (Message, error) {
+	var m Message
+	d := wire.Decoder{B: b}
+	magic, version := d.Byte(), d.Byte()
+	if d.OK() && (magic != gossipMagic || version != gossipVersion) {
+		return m, wire.Malformed("gossip: not a tenure gossip message (%#x %d)", magic, version)
 	}
-	m.Kind = GossipKind(d.byte())
-	flags := d.byte()
-	m.Cluster = string(d.bytes(int(d.byte())))
-	m.Sender = string(d.bytes(int(d.byte())))
+	m.Kind = Kind(d.Byte())
+	flags := d.Byte()
+	m.Cluster = string(d.Bytes(int(d.Byte())))
+	m.Sender = string(d.Bytes(int(d.Byte())))
 	switch {
-	case !d.ok():
-		return GossipMessage{}, d.err()
-	case m.Kind < GossipClaim || m.Kind > GossipState:
-		return GossipMessage{}, malformed("gossip: unknown kind %d", m.Kind)
+	case !d.OK():
+		return Message{}, d.Err()
+	case m.Kind < KindClaim || m.Kind > KindState:
+		return Message{}, wire.Malformed("gossip: unknown kind %d", m.Kind)
 	case m.Kind.Channel() != ch:
-		return GossipMessage{}, malformed("gossip: a %v message on the %v channel", m.Kind, ch)
+		return Message{}, wire.Malformed("gossip: a %v message on the %v channel", m.Kind, ch)
 	case flags&^gossipFlagMAC != 0:
-		return GossipMessage{}, malformed("gossip: unknown flags %#x", flags)
+		return Message{}, wire.Malformed("gossip: unknown flags %#x", flags)
 	case m.Sender == "":
-		return GossipMessage{}, malformed("gossip: no sender")
+		return Message{}, wire.Malformed("gossip: no sender")
 	}
-	body := d.b
+	body := d.B
 	if flags&gossipFlagMAC != 0 {
-		if len(body) < MACSize {
-			return GossipMessage{}, malformed("gossip: truncated MAC")
+		if len(body) < ownership.MACSize {
+			return Message{}, wire.Malformed("gossip: truncated MAC")
 		}
-		body = body[:len(body)-MACSize]
+		body = body[:len(body)-ownership.MACSize]
 	}
 	if m.Cluster != cluster {
-		return GossipMessage{}, fmt.Errorf("%w: %q, not %q", ErrWrongCluster, m.Cluster, cluster)
+		return Message{}, fmt.Errorf("%w: %q, not %q", ErrWrongCluster, m.Cluster, cluster)
 	}
 	if keys != nil {
 		if flags&gossipFlagMAC == 0 {
-			return GossipMessage{}, fmt.Errorf("%w: unsigned gossip from %q", ErrBadMAC, m.Sender)
+			return Message{}, fmt.Errorf("%w: unsigned gossip from %q", ownership.ErrBadMAC, m.Sender)
 		}
-		if !keys.openBytes(ch, b[:len(b)-MACSize], b[len(b)-MACSize:]) {
-			return GossipMessage{}, fmt.Errorf("%w: gossip from %q", ErrBadMAC, m.Sender)
+		if !keys.VerifyMAC(macContext(ch), b[:len(b)-ownership.MACSize], b[len(b)-ownership.MACSize:]) {
+			return Message{}, fmt.Errorf("%w: gossip from %q", ownership.ErrBadMAC, m.Sender)
 		}
 	}
 	var err error
 	switch m.Kind {
-	case GossipClaim:
+	case KindClaim:
 		m.Claim, err = ParseClaim(body)
-	case GossipStable:
+	case KindStable:
 		m.Stable, err = parseStable(body, true)
-	case GossipState:
-		bd := decoder{b: body}
+	case KindState:
+		bd := wire.Decoder{B: body}
 		m.Stable = readStable(&bd)
-		if err = bd.err(); err == nil {
-			m.Register, err = UnmarshalRegister(bd.b)
+		if err = bd.Err(); err == nil {
+			m.Register, err = UnmarshalRegister(bd.B)
 		}
 	}
 	if err != nil {
-		return GossipMessage{}, fmt.Errorf("gossip from %q: %w", m.Sender, err)
+		return Message{}, fmt.Errorf("gossip from %q: %w", m.Sender, err)
 	}
 	if keys != nil {
 		if err := m.verifyTokens(keys); err != nil {
-			return GossipMessage{}, err
+			return Message{}, err
 		}
 	}
 	return m, nil
 }
 
 // verifyTokens checks the MAC of every token m carries.
-func (m GossipMessage) verifyTokens(keys *Keyring) error {
+func (m Message) verifyTokens(keys *ownership.Keyring) error {
 	switch m.Kind {
-	case GossipClaim:
+	case KindClaim:
 		return keys.Verify(m.Claim.Token)
-	case GossipState:
+	case KindState:
 		for c := range m.Register.All() {
 			if err := keys.Verify(c.Token); err != nil {
 				return err
@@ -326,35 +330,35 @@ func (m GossipMessage) verifyTokens(keys *Keyring) error {
 	return nil
 }
 
-func parseStable(b []byte, whole bool) (Stable, error) {
-	d := decoder{b: b}
+func parseStable(b []byte, whole bool) (quorum.Stable, error) {
+	d := wire.Decoder{B: b}
 	s := readStable(&d)
 	if whole {
-		if err := d.end(); err != nil {
-			return Stable{}, err
+		if err := d.End(); err != nil {
+			return quorum.Stable{}, err
 		}
 	}
-	return s, d.err()
+	return s, d.Err()
 }
 
 // readStable reads a stable membership's encoding.
-func readStable(d *decoder) Stable {
-	var s Stable
-	s.Version = d.uvarint()
-	n := d.uvarint()
-	if !d.ok() {
-		return Stable{}
+func readStable(d *wire.Decoder) quorum.Stable {
+	var s quorum.Stable
+	s.Version = d.Uvarint()
+	n := d.Uvarint()
+	if !d.OK() {
+		return quorum.Stable{}
 	}
-	if n > uint64(len(d.b))/2 {
-		d.fail(faultTruncated)
-		return Stable{}
+	if n > uint64(len(d.B))/2 {
+		d.Fail(wire.FaultTruncated)
+		return quorum.Stable{}
 	}
 	for range n {
-		s.Members = append(s.Members, string(d.bytes(int(d.byte()))))
+		s.Members = append(s.Members, string(d.Bytes(int(d.Byte()))))
 	}
-	if d.ok() && !s.valid() {
-		d.fail(faultInvalid)
-		return Stable{}
+	if d.OK() && !s.Valid() {
+		d.Fail(wire.FaultInvalid)
+		return quorum.Stable{}
 	}
 	return s
 }
@@ -369,7 +373,20 @@ func (r *Register) ObserveHeard(c Claim) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if cur := r.claims[c.Token.Partition].Token.Epoch; c.Token.Epoch > cur && c.Token.Epoch-cur > MaxEpochJump {
-		return false, malformed("claim %v jumps %d epochs above %d", c.Token, c.Token.Epoch-cur, cur)
+		return false, wire.Malformed("claim %v jumps %d epochs above %d", c.Token, c.Token.Epoch-cur, cur)
 	}
 	return r.observe(c), nil
+}
+
+// macContext returns the context of gossip MACs on channel ch
+// (Keyring.MAC): it separates them from token MACs, and the channels from
+// each other, so a broadcast's MAC does not verify as push/pull state.
+func macContext(ch Channel) string {
+	switch ch {
+	case Broadcast:
+		return "tenure gossip v2 broadcast mac\x00"
+	case PushPull:
+		return "tenure gossip v2 push/pull mac\x00"
+	}
+	return "tenure gossip v2 no channel\x00"
 }

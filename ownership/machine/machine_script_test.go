@@ -1,4 +1,4 @@
-package ownership
+package machine
 
 import (
 	"errors"
@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	"github.com/tenure-go/tenure/internal/script"
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the script tests")
@@ -125,7 +128,7 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 			AcquireTicks: atoi("acquire"), ReleaseTicks: atoi("release"), MaxClaims: atoi("maxclaims"), Knobs: knobs})
 	case "view":
 		v := View{Left: list(c.Args["left"])}
-		shows := map[string]StableID{}
+		shows := map[string]quorum.StableID{}
 		for _, s := range strings.Fields(strings.ReplaceAll(c.Args["shows"], ";", " ")) {
 			name, rest, _ := strings.Cut(s, ":")
 			ver, members, _ := strings.Cut(rest, ":")
@@ -133,7 +136,7 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 			if err != nil {
 				return m, fmt.Errorf("shows=%s: %v", s, err)
 			}
-			shows[name] = NewStable(n, strings.Split(members, "+")).ID()
+			shows[name] = quorum.NewStable(n, strings.Split(members, "+")).ID()
 		}
 		leaving := list(c.Args["leaving"])
 		unreachable := list(c.Args["unreachable"])
@@ -151,7 +154,7 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 		return m, m.SetView(v)
 	case "heard-stable":
 		n, _ := strconv.ParseUint(c.Args["v"], 10, 64)
-		m.HeardStable(NewStable(n, list(c.Args["members"])))
+		m.HeardStable(quorum.NewStable(n, list(c.Args["members"])))
 	case "tick":
 		n := 1
 		if len(c.Pos) == 1 {
@@ -170,7 +173,7 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 		if err != nil {
 			return m, err
 		}
-		var tok Token
+		var tok ownership.Token
 		if len(c.Pos) >= 2 {
 			if tok, err = parseToken(p, c.Pos[1]); err != nil {
 				return m, err
@@ -178,7 +181,7 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 		}
 		switch c.Name {
 		case "heard":
-			m.Heard(Claim{Token: tok, Released: has("released")})
+			m.Heard(gossip.Claim{Token: tok, Released: has("released")})
 		case "claimed":
 			m.Claimed(p, tok, scriptErr(p, c.Args))
 		case "fenced":
@@ -235,14 +238,14 @@ func scriptErr(p uint32, args map[string]string) error {
 		if err != nil {
 			return err
 		}
-		return Stale(Token{}, cur)
+		return ownership.Stale(ownership.Token{}, cur)
 	}
 	switch args["err"] {
 	case "":
 		return nil
 	case "conflict":
 		if c, ok := args["current"]; ok {
-			var cur Token
+			var cur ownership.Token
 			if c != "none" {
 				var err error
 				if cur, err = parseToken(p, c); err != nil {
@@ -250,36 +253,36 @@ func scriptErr(p uint32, args map[string]string) error {
 				}
 			}
 			if args["partition"] == "unset" { // an authority that leaves it zero
-				return &ConflictError{Current: cur}
+				return &ownership.ConflictError{Current: cur}
 			}
-			return &ConflictError{Partition: p, Current: cur}
+			return &ownership.ConflictError{Partition: p, Current: cur}
 		}
-		return fmt.Errorf("script: %w", ErrConflict)
+		return fmt.Errorf("script: %w", ownership.ErrConflict)
 	default:
 		return errors.New(args["err"])
 	}
 }
 
 // parseNode parses "a:1".
-func parseNode(s string) (Node, error) {
+func parseNode(s string) (ownership.Node, error) {
 	name, inc, ok := strings.Cut(s, ":")
 	n, err := strconv.ParseUint(inc, 10, 64)
 	if !ok || err != nil || name == "" {
-		return Node{}, fmt.Errorf("bad node %q, want name:incarnation", s)
+		return ownership.Node{}, fmt.Errorf("bad node %q, want name:incarnation", s)
 	}
-	return Node{Name: name, Incarnation: n}, nil
+	return ownership.Node{Name: name, Incarnation: n}, nil
 }
 
 // parseToken parses "e3/a:1" for partition p.
-func parseToken(p uint32, s string) (Token, error) {
+func parseToken(p uint32, s string) (ownership.Token, error) {
 	e, node, ok := strings.Cut(strings.TrimPrefix(s, "e"), "/")
 	epoch, err := strconv.ParseUint(e, 10, 64)
 	if !ok || err != nil {
-		return Token{}, fmt.Errorf("bad token %q, want e<epoch>/<name>:<inc>", s)
+		return ownership.Token{}, fmt.Errorf("bad token %q, want e<epoch>/<name>:<inc>", s)
 	}
 	n, err := parseNode(node)
 	if err != nil {
-		return Token{}, err
+		return ownership.Token{}, err
 	}
-	return Token{Partition: p, Epoch: epoch, Owner: n.Name, Incarnation: n.Incarnation}, nil
+	return ownership.Token{Partition: p, Epoch: epoch, Owner: n.Name, Incarnation: n.Incarnation}, nil
 }

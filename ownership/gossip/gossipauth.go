@@ -1,12 +1,14 @@
-package ownership
+package gossip
 
 import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/tenure-go/tenure/ownership"
 )
 
-// GossipAuthority is the embedded Authority: it mints epochs from a gossip
+// Authority is the embedded Authority: it mints epochs from a gossip
 // Register, with no external system. A claim's epoch is one above both the
 // highest epoch the register knows for the partition and the epoch of the
 // token the caller has seen. The caller passes as seen the highest token it
@@ -20,41 +22,41 @@ import (
 // orders it), and the fence keeps only the higher one (S1, S3); strict
 // issuance (S4) needs a strong authority.
 //
-// A GossipAuthority is safe for concurrent use and never blocks.
-type GossipAuthority struct {
+// A Authority is safe for concurrent use and never blocks.
+type Authority struct {
 	reg  *Register
-	keys *Keyring
+	keys *ownership.Keyring
 }
 
-var _ Authority = (*GossipAuthority)(nil)
+var _ ownership.Authority = (*Authority)(nil)
 
-// NewGossipAuthority returns an authority that mints from r and records what
+// NewAuthority returns an authority that mints from r and records what
 // it mints there; the caller gossips r. keys, if not nil, signs every token
 // minted.
-func NewGossipAuthority(r *Register, keys *Keyring) (*GossipAuthority, error) {
+func NewAuthority(r *Register, keys *ownership.Keyring) (*Authority, error) {
 	if r == nil {
-		return nil, errors.New("tenure: gossip authority needs a register")
+		return nil, errors.New("gossip: gossip authority needs a register")
 	}
-	return &GossipAuthority{reg: r, keys: keys}, nil
+	return &Authority{reg: r, keys: keys}, nil
 }
 
 // Strict returns false: two nodes with split views can mint the same epoch.
-func (a *GossipAuthority) Strict() bool { return false }
+func (a *Authority) Strict() bool { return false }
 
 // Claim mints a token of partition p for n, records it in the register and
 // returns it; the caller broadcasts it as a Claim. seen is the zero token or
 // a token of partition p. Concurrent claims on one authority get distinct
 // epochs. It fails if ctx is done, for p out of range (ErrPartitionRange),
 // and for an empty name or one longer than MaxOwnerSize.
-func (a *GossipAuthority) Claim(ctx context.Context, p uint32, n Node, seen Token) (Token, error) {
+func (a *Authority) Claim(ctx context.Context, p uint32, n ownership.Node, seen ownership.Token) (ownership.Token, error) {
 	if err := ctx.Err(); err != nil {
-		return Token{}, err
+		return ownership.Token{}, err
 	}
-	if n.Name == "" || len(n.Name) > MaxOwnerSize {
-		return Token{}, fmt.Errorf("tenure: node name must be 1 to %d bytes, got %d", MaxOwnerSize, len(n.Name))
+	if n.Name == "" || len(n.Name) > ownership.MaxOwnerSize {
+		return ownership.Token{}, fmt.Errorf("gossip: node name must be 1 to %d bytes, got %d", ownership.MaxOwnerSize, len(n.Name))
 	}
 	if !seen.IsZero() && seen.Partition != p {
-		return Token{}, fmt.Errorf("tenure: claiming partition %d with a token of partition %d seen", p, seen.Partition)
+		return ownership.Token{}, fmt.Errorf("gossip: claiming partition %d with a token of partition %d seen", p, seen.Partition)
 	}
 	return a.reg.mint(p, seen.Epoch, n, a.keys.Sign)
 }
