@@ -75,14 +75,7 @@ func figuresBatched(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	var ps []*proc
-	for i := range 4 {
-		var seeds []string
-		if i > 0 {
-			seeds = []string{ps[0].ready.Gossip}
-		}
-		ps = append(ps, spawn(t, dir, fmt.Sprintf("n%d", i), seeds, "-dsn", dsn, "-fault-control"))
-	}
+	ps := spawnCluster(t, dir, 4, "-dsn", dsn, "-fault-control")
 	settle(ctx, t, "the cluster to converge", ps...)
 	n0, n1, paused, killed := ps[0], ps[1], ps[2], ps[3]
 	db, err := kvnode.OpenDB("", dsn)

@@ -65,6 +65,20 @@ type proc struct {
 	kv     kvpb.KVClient
 }
 
+// spawnCluster starts n nodes named n0, n1, ..., each joining n0, with the
+// flags more.
+func spawnCluster(t *testing.T, dir string, n int, more ...string) []*proc {
+	var ps []*proc
+	for i := range n {
+		var seeds []string
+		if i > 0 {
+			seeds = []string{ps[0].ready.Gossip}
+		}
+		ps = append(ps, spawn(t, dir, fmt.Sprintf("n%d", i), seeds, more...))
+	}
+	return ps
+}
+
 // spawn starts a node process logging to dir, joining seeds, with the
 // flags in more (its database: -data or -dsn).
 func spawn(t *testing.T, dir, name string, seeds []string, more ...string) *proc {
@@ -241,14 +255,7 @@ func figuresSQLite(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var ps []*proc
-	for i := range 4 {
-		var seeds []string
-		if i > 0 {
-			seeds = []string{ps[0].ready.Gossip}
-		}
-		ps = append(ps, spawn(t, dir, fmt.Sprintf("n%d", i), seeds, "-data", filepath.Join(dir, "kv.db")))
-	}
+	ps := spawnCluster(t, dir, 4, "-data", filepath.Join(dir, "kv.db"))
 	settled := func(what string, among ...*proc) { settle(ctx, t, what, among...) }
 	settled("the cluster to converge", ps...)
 	n0, n1, stopped, leaver := ps[0], ps[1], ps[2], ps[3]
