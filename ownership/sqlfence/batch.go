@@ -89,11 +89,16 @@ type BatchInfo struct {
 //     (see BatchConfig.Savepoints) and nothing of this write is applied;
 //   - refused: the token is not the mark (a *ownership.StaleTokenError, or
 //     ownership.ErrNotFenced), the lease ended (Cancel, Close:
-//     ownership.ErrLeaseEnded), or the transaction failed before its
-//     commit was sent: nothing of the batch was applied;
-//   - unknown: the commit was sent and its answer lost (or the caller's
-//     context ended while its batch was committing): an error wrapping
+//     ownership.ErrLeaseEnded), the database ended the batch's session
+//     (a *SessionEndedError, with the stale token if the mark had moved),
+//     or the transaction failed before its commit was sent: nothing of the
+//     batch was applied;
+//   - unknown: the commit was sent and its answer lost: an error wrapping
 //     ownership.ErrOutcomeUnknown, for every write of the batch.
+//
+// A caller whose context ends while its write is queued gets the
+// context's error (not sent, nothing applied); once the write was sent, Do
+// waits for its batch's outcome and returns it (see Do).
 //
 // A write waits for room when its partition's queue is full (QueueLen),
 // until its context ends. Writes of one partition under different tokens
@@ -423,11 +428,19 @@ func (b *Batcher) sameToken(calls []*call) int {
 }
 
 // errRerun is what a batch's fn returns when write i failed without a
-// savepoint: the transaction rolls back, and the batch runs again without
-// it.
-type errRerun struct{ i int }
+// savepoint, with err: the transaction rolls back, and the batch runs
+// again without it, unless the session had ended (then err may be the
+// session's end, not the write's own failure, and the batch fails whole).
+type errRerun struct {
+	i   int
+	err error
+}
 
-func (errRerun) Error() string { return "sqlfence: a write of the batch failed" }
+func (e errRerun) Error() string {
+	return fmt.Sprintf("sqlfence: write %d of the batch failed: %v", e.i, e.err)
+}
+
+func (e errRerun) Unwrap() error { return e.err }
 
 // commit sends batch, writes of partition p under one token, and gives each
 // its outcome.
@@ -449,7 +462,7 @@ func (b *Batcher) commit(p uint32, q *queue, batch []*call) {
 		}
 		err = b.commitFn(ctx, t, b.cfg.Mode, func(tx Tx) error { return b.run(ctx, tx, live) })
 		var rerun errRerun
-		if !errors.As(err, &rerun) {
+		if !errors.As(err, &rerun) || errors.Is(err, ErrSessionEnded) {
 			break
 		}
 		// live[rerun.i] failed and keeps its error; the rest run again.
@@ -485,7 +498,7 @@ func (b *Batcher) run(ctx context.Context, tx Tx, calls []*call) error {
 			continue // the savepoint stays: the next nests in it
 		}
 		if !b.cfg.Savepoints {
-			return errRerun{i}
+			return errRerun{i, c.err}
 		}
 		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT tenure_write"); err != nil {
 			return fmt.Errorf("sqlfence: roll back to savepoint: %w", err)

@@ -1,0 +1,64 @@
+package sqlfence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/sqlfence"
+)
+
+// A batch whose session the server ends before its commit (a paused
+// owner's session, ended while a new owner fenced) is refused whole:
+// every write, the one whose statement found the session gone included,
+// gets an error wrapping ErrSessionEnded and the stale token, and nothing
+// is applied. Without savepoints the write that found the session gone
+// got its driver's error alone, as if it had failed on its own (a
+// constraint it broke), so a router would not retry it at the next owner.
+func TestBatcherSessionEndedRefusesTheBatch(t *testing.T) {
+	be := backends()[1]
+	for _, iso := range isolations {
+		t.Run(iso.name, func(t *testing.T) {
+			ctx, cancel := testContext(t)
+			defer cancel()
+			r := newBatchRig(t, be, sqlfence.BatchConfig{Savepoints: iso.savepoints})
+			old, next := tok(1, 1, "a", 1), tok(1, 2, "b", 1)
+			fenced(t, r.f, old)
+			release, first := r.hold(t, ctx, old, 0)
+			a := r.async(ctx, old, "", r.insert(1))
+			r.queued(t, 1, 1)
+			killer := r.async(ctx, old, "", func(ctx context.Context, tx sqlfence.Tx) ([]byte, error) {
+				pid := backendPID(t, ctx, tx)
+				if _, err := r.db.ExecContext(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+					return nil, fmt.Errorf("terminate: %w", err)
+				}
+				waitGone(t, ctx, r.db, pid)
+				fenced(t, r.f, next) // the lock went with the session
+				return r.insert(2)(ctx, tx)
+			})
+			r.queued(t, 1, 2)
+			c := r.async(ctx, old, "", r.insert(3))
+			r.queued(t, 1, 3)
+			release()
+			if o := get(t, first); o.err != nil {
+				t.Fatal(o.err)
+			}
+			for i, ch := range []<-chan outcome{a, killer, c} {
+				o := get(t, ch)
+				if !errors.Is(o.err, sqlfence.ErrSessionEnded) || errors.Is(o.err, ownership.ErrOutcomeUnknown) {
+					t.Errorf("write %d of a batch whose session ended: %v; want ErrSessionEnded", i, o.err)
+					continue
+				}
+				wantStale(t, o.err, next)
+			}
+			if got := fmt.Sprint(r.rows(t)); got != "[0]" {
+				t.Fatalf("rows %s; want [0]", got)
+			}
+			if infos := r.infos(); len(infos) != 2 || !errors.Is(infos[1].Err, sqlfence.ErrSessionEnded) {
+				t.Fatalf("batches %+v; want the holder's, then one that failed with ErrSessionEnded", infos)
+			}
+		})
+	}
+}
