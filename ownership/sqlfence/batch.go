@@ -58,7 +58,8 @@ type BatchConfig struct {
 	// run, so savepoints win only when a batch usually holds more than one
 	// failing write.
 	Savepoints bool
-	// Timeout bounds each batch's transaction. Default 30 s.
+	// Timeout bounds each batch's transactions, its re-runs included (its
+	// writes' fns get a ctx that ends then). Default 30 s.
 	Timeout time.Duration
 	// Observe, if set, is called after each batch with its figures, from
 	// the partition's flusher: it must not block.
@@ -191,8 +192,11 @@ func NewBatcherFunc(commit CommitFunc, cfg BatchConfig) (*Batcher, error) {
 // Do queues fn, a write to t's partition under t, and returns its outcome
 // (see Batcher) once its batch has committed or failed. fn runs in the
 // batch's transaction, after the writes queued before it: it must act only
-// through tx, must not commit, roll back or set savepoints, and must close
-// every *sql.Rows it opens. Its ctx is the batch's, not the caller's.
+// through tx, must not commit, roll back or set savepoints, must close
+// every *sql.Rows it opens, and must return the error of any statement
+// that failed (on PostgreSQL a failed statement aborts the transaction: a
+// write that swallows one makes the writes after it fail, and its batch's
+// commit read as unknown). Its ctx is the batch's, not the caller's.
 //
 // id, if not empty, is the write's request id (BatchConfig.Requests must
 // be set): a write whose id was recorded, by an earlier batch or earlier
@@ -202,8 +206,9 @@ func NewBatcherFunc(commit CommitFunc, cfg BatchConfig) (*Batcher, error) {
 // If ctx ends while the write waits for room (its error wraps
 // ErrQueueFull too) or in the queue, Do returns ctx's error and nothing of
 // it is applied; once its batch was sent, Do waits for the batch's
-// outcome (within BatchConfig.Timeout) and returns it: a write that
-// committed says so, rather than leave its caller in doubt.
+// outcome (bounded by BatchConfig.Timeout, if the batch's fns heed their
+// ctx) and returns it: a write that committed says so, rather than leave
+// its caller in doubt.
 func (b *Batcher) Do(ctx context.Context, t ownership.Token, id string, fn func(ctx context.Context, tx Tx) ([]byte, error)) (result []byte, dup bool, err error) {
 	if err := checkToken(t); err != nil {
 		return nil, false, err
