@@ -107,17 +107,23 @@ func (a *Authority) claimCounted(ctx context.Context, p uint32, name, inc string
 // in MySQL.
 func mysqlRequests(table string, now func() time.Time) *Requests {
 	t := backticks(table)
+	// The id is bytes, compared as they are: text in utf8mb4_bin pads
+	// with spaces when it compares ("k" = "k ") and can't hold every byte
+	// string, so distinct ids would share a record.
 	return &Requests{
-		now: now,
+		now:   now,
+		maxID: 255,
 		schema: `CREATE TABLE IF NOT EXISTS ` + t + ` (
 	partition_id BIGINT NOT NULL,
-	request_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+	request_id VARBINARY(255) NOT NULL,
 	result LONGBLOB NOT NULL,
 	created_ms BIGINT NOT NULL,
 	PRIMARY KEY (partition_id, request_id)) ENGINE=InnoDB`,
-		// INSERT IGNORE waits, like PostgreSQL's ON CONFLICT DO NOTHING,
-		// for a transaction that inserted the same key and has not ended.
-		claim:    `INSERT IGNORE INTO ` + t + ` (partition_id, request_id, result, created_ms) VALUES (?, ?, ?, ?)`,
+		// An update of nothing on a duplicate counts 0 rows, and waits,
+		// like PostgreSQL's ON CONFLICT DO NOTHING, for a transaction that
+		// inserted the same key and has not ended (INSERT IGNORE would
+		// turn other errors into warnings, a truncated id among them).
+		claim:    `INSERT INTO ` + t + ` (partition_id, request_id, result, created_ms) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE partition_id = partition_id`,
 		lookup:   `SELECT result FROM ` + t + ` WHERE partition_id = ? AND request_id = ?`,
 		record:   `UPDATE ` + t + ` SET result = ? WHERE partition_id = ? AND request_id = ?`,
 		withdraw: `DELETE FROM ` + t + ` WHERE partition_id = ? AND request_id = ?`,

@@ -385,3 +385,51 @@ func TestMariaDBOffsets(t *testing.T) {
 		t.Fatalf("offset %d (%v), %d events applied; want 5 and 5", got, err, applied())
 	}
 }
+
+// Request ids on MariaDB are bytes, compared exactly: an id with a
+// trailing space, one with a byte that is not UTF-8, and one that
+// differs from another only past byte 255 are not duplicates of the ids
+// they resemble. (Before, the ids were utf8mb4_bin text, which pads
+// with spaces when it compares and which INSERT IGNORE truncated at an
+// invalid byte or at 255 characters: "k " was answered with the result
+// of "k" as a duplicate, never applied.) An id longer than 255 bytes is
+// refused, nothing applied, even where the server's sql_mode is not
+// strict and would truncate it (to the id of another write).
+func TestMariaDBRequestIDsAreExact(t *testing.T) {
+	ctx, cancel := testContext(t)
+	defer cancel()
+	db := withPool(openMySQL(t, "sql_mode="+url.QueryEscape("'NO_ENGINE_SUBSTITUTION,ANSI_QUOTES'")))
+	f := newFence(t, db, mariadb.dialect)
+	reqs := newRequests(t, db, mariadb.dialect, nil)
+	x := tok(1, 1, "a", 1)
+	fenced(t, f, x)
+	once := func(id, result string) (string, bool, error) {
+		var got []byte
+		var dup bool
+		err := f.Do(ctx, x, ownership.Exact, func(tx *sql.Tx) error {
+			var err error
+			got, dup, err = reqs.Once(ctx, tx, x.Partition, id, func() ([]byte, error) { return []byte(result), nil })
+			return err
+		})
+		return string(got), dup, err
+	}
+	long := strings.Repeat("r", 255)
+	for _, id := range []string{"k", "k ", "x\xff", "x?", "x", long, long[:254] + "s"} {
+		if r, dup, err := once(id, "for "+id); r != "for "+id || dup || err != nil {
+			t.Errorf("first write of id %q: %q, dup %v, %v; want it applied", id, r, dup, err)
+		}
+	}
+	if r, dup, err := once("k ", "again"); r != "for k " || !dup || err != nil {
+		t.Errorf("a duplicate of id %q: %q, dup %v, %v; want the first result", "k ", r, dup, err)
+	}
+	other := strings.Repeat("q", 255)
+	if _, _, err := once(other+"t", ""); err == nil {
+		t.Error("an id of 256 bytes accepted")
+	}
+	if r, dup, err := once(other, "for other"); r != "for other" || dup || err != nil {
+		t.Errorf("first write of the 255-byte prefix of a refused id: %q, dup %v, %v; want it applied", r, dup, err)
+	}
+	if r, dup, err := once(long, "again"); r != "for "+long || !dup || err != nil {
+		t.Errorf("a duplicate of the 255-byte id: %q, dup %v, %v; want the first result", r, dup, err)
+	}
+}

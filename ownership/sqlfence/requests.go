@@ -48,7 +48,7 @@ type RequestsConfig struct {
 // The table (created by CreateSchema):
 //
 //	partition_id  BIGINT  the write's partition
-//	request_id    TEXT    the id, as the client sent it
+//	request_id    TEXT    the id, as the client sent it (VARBINARY(255) on MySQL)
 //	result        BLOB    what Once's fn returned (BYTEA on PostgreSQL)
 //	created_ms    BIGINT  when it was recorded, Unix milliseconds
 //
@@ -58,6 +58,7 @@ type RequestsConfig struct {
 // Requests is safe for concurrent use.
 type Requests struct {
 	now                           func() time.Time
+	maxID                         int // the longest id in bytes, 0 for no limit
 	schema, claim, lookup, record string
 	withdraw, forget              string
 }
@@ -118,11 +119,15 @@ func (r *Requests) CreateSchema(ctx context.Context, db *sql.DB) error {
 // recorded by the first write and dup true (fn does not run). A duplicate
 // of a write whose transaction is still open waits for it to end. An error
 // from fn is returned as it is and records nothing: the retry runs fn
-// again. An empty id runs fn and records nothing.
+// again. An empty id runs fn and records nothing. Ids are compared as
+// bytes; on MySQL an id longer than 255 bytes is refused.
 func (r *Requests) Once(ctx context.Context, tx Tx, p uint32, id string, fn func() ([]byte, error)) (result []byte, dup bool, err error) {
 	if id == "" {
 		result, err = fn()
 		return result, false, err
+	}
+	if r.maxID > 0 && len(id) > r.maxID {
+		return nil, false, fmt.Errorf("sqlfence: request id of %d bytes; at most %d", len(id), r.maxID)
 	}
 	// Claim the id first, with an empty result: a duplicate in another
 	// transaction waits here until this one ends.
