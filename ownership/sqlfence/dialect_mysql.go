@@ -31,9 +31,12 @@ import (
 // library does not ask for it.
 func MySQL() Dialect {
 	return Dialect{
-		name:     "mysql",
-		collate:  "utf8mb4_bin",
-		textType: "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+		name: "mysql",
+		// Owners are bytes (ownership.MaxOwnerSize of them at most),
+		// compared as Token.Compare does: text in utf8mb4_bin pads with
+		// spaces when it compares, so "a" and "a " would be one owner.
+		collate:  "binary",
+		textType: "VARBINARY(255)",
 		lock:     "SELECT epoch, owner, incarnation FROM %s WHERE partition_id = ? FOR UPDATE",
 		// go-sql-driver/mysql prepares a statement with arguments
 		// anyway (a round trip) unless interpolateParams is set.
@@ -56,15 +59,15 @@ func backticks(table string) string { return strings.ReplaceAll(table, `"`, "`")
 func mysqlStatements(table string) statements {
 	table = backticks(table)
 	// (epoch, owner, incarnation) < the new ones; owner and incarnation
-	// compare bytewise (utf8mb4_bin; the incarnation is hex).
+	// compare bytewise (binary strings; the incarnation is hex).
 	raise := "(epoch, owner, incarnation) < (VALUES(epoch), VALUES(owner), VALUES(incarnation))"
 	return statements{
 		table:   table,
-		collate: "utf8mb4_bin",
+		collate: MySQL().collate,
 		schema: fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	partition_id BIGINT NOT NULL PRIMARY KEY,
 	epoch BIGINT NOT NULL CHECK (epoch > 0),
-	owner VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+	owner VARBINARY(255) NOT NULL,
 	incarnation CHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL CHECK (length(incarnation) = 16)
 ) ENGINE=InnoDB`, table),
 		fence: fmt.Sprintf(`INSERT INTO %s (partition_id, epoch, owner, incarnation) VALUES (?, ?, ?, ?)

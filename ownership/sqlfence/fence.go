@@ -173,7 +173,9 @@ func (f *Fence) Fence(ctx context.Context, t ownership.Token) (ownership.Token, 
 	case c == 0:
 		return t, nil // t is the mark, and keeps its MAC
 	}
-	return mark, nil
+	// The database did not raise a lower mark: its order of tokens is not
+	// Token.Compare's (a column's collation). t is not fenced.
+	return mark, fmt.Errorf("sqlfence: fence %v: the database kept the lower mark %v: %w", t, mark, ownership.ErrNotFenced)
 }
 
 // Current returns partition p's mark, or the zero token (of partition p) if

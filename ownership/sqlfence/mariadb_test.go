@@ -433,3 +433,29 @@ func TestMariaDBRequestIDsAreExact(t *testing.T) {
 		t.Errorf("a duplicate of the 255-byte id: %q, dup %v, %v; want the first result", r, dup, err)
 	}
 }
+
+// The fence on MariaDB orders owner names bytewise, as Token.Compare
+// does, trailing spaces included: a token of the same epoch whose owner
+// is "a " is above one whose owner is "a", so fencing with it raises the
+// mark and the former owner's writes are refused. (Before, the owner was
+// utf8mb4_bin text, which pads with spaces when it compares: the fence
+// saw the two as equal, kept "a" as the mark and answered the fence of
+// "a " without an error, and "a" went on writing.)
+func TestMariaDBFenceOrdersOwnersBytewise(t *testing.T) {
+	ctx, cancel := testContext(t)
+	defer cancel()
+	db := mariadb.open(t)
+	f := newFence(t, db, mariadb.dialect)
+	low, high := tok(1, 5, "a", 1), tok(1, 5, "a ", 1)
+	fenced(t, f, low)
+	if mark, err := f.Fence(ctx, high); err != nil || mark != high {
+		t.Fatalf("Fence(%v) = %v, %v; want it the mark", high, mark, err)
+	}
+	wantStale(t, f.Do(ctx, low, ownership.Exact, func(*sql.Tx) error { return nil }), high)
+	if err := f.Do(ctx, high, ownership.Exact, func(*sql.Tx) error { return nil }); err != nil {
+		t.Fatalf("Do under the mark %v: %v", high, err)
+	}
+	if mark, err := f.Fence(ctx, low); !errors.Is(err, ownership.ErrStaleToken) || mark != high {
+		t.Fatalf("Fence(%v) = %v, %v; want the stale token error and %v", low, mark, err, high)
+	}
+}
