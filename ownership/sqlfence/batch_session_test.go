@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
@@ -60,5 +61,43 @@ func TestBatcherSessionEndedRefusesTheBatch(t *testing.T) {
 				t.Fatalf("batches %+v; want the holder's, then one that failed with ErrSessionEnded", infos)
 			}
 		})
+	}
+}
+
+// The zero BatchConfig holds the defaults its doc states: a partition's
+// queue takes 1024 writes (the next one waits for room, here until its
+// context ends: ErrQueueFull), and a batch carries at most 32.
+func TestBatcherZeroConfigDefaults(t *testing.T) {
+	ctx, cancel := testContext(t)
+	defer cancel()
+	r := newBatchRig(t, backends()[0], sqlfence.BatchConfig{})
+	tk := tok(1, 1, "a", 1)
+	fenced(t, r.f, tk)
+	release, first := r.hold(t, ctx, tk, 0)
+	const queueLen, maxWrites = 1024, 32
+	chs := make([]<-chan outcome, queueLen)
+	for i := range chs {
+		chs[i] = r.async(ctx, tk, "", r.insert(i+1))
+	}
+	r.queued(t, 1, queueLen)
+	short, scancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer scancel()
+	if _, _, err := r.b.Do(short, tk, "", r.insert(-1)); !errors.Is(err, sqlfence.ErrQueueFull) {
+		t.Fatalf("write %d to the queue: %v; want ErrQueueFull", queueLen+1, err)
+	}
+	release()
+	for _, ch := range append(chs, first) {
+		if o := get(t, ch); o.err != nil {
+			t.Fatal(o.err)
+		}
+	}
+	infos := r.infos()
+	if len(infos) != 1+queueLen/maxWrites {
+		t.Fatalf("%d batches; want the holder's and %d of %d", len(infos), queueLen/maxWrites, maxWrites)
+	}
+	for _, i := range infos[1:] {
+		if i.Writes != maxWrites {
+			t.Fatalf("a batch of %d writes; want %d", i.Writes, maxWrites)
+		}
 	}
 }
