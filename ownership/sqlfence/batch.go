@@ -196,7 +196,9 @@ func NewBatcherFunc(commit CommitFunc, cfg BatchConfig) (*Batcher, error) {
 // every *sql.Rows it opens, and must return the error of any statement
 // that failed (on PostgreSQL a failed statement aborts the transaction: a
 // write that swallows one makes the writes after it fail, and its batch's
-// commit read as unknown). Its ctx is the batch's, not the caller's.
+// commit read as unknown), and must not wait for another write of the same
+// partition through b (its flusher is running fn: such a wait ends only
+// with the batch's Timeout). Its ctx is the batch's, not the caller's.
 //
 // id, if not empty, is the write's request id (BatchConfig.Requests must
 // be set): a write whose id was recorded, by an earlier batch or earlier

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +101,39 @@ func TestBatcherZeroConfigDefaults(t *testing.T) {
 		if i.Writes != maxWrites {
 			t.Fatalf("a batch of %d writes; want %d", i.Writes, maxWrites)
 		}
+	}
+}
+
+// A partition's flusher ends once its queue has stayed empty for MaxWait,
+// without Close: a partition that moved away, or that is written once,
+// leaves no goroutine behind. Not parallel, so that no other test's
+// flushers run meanwhile.
+func TestBatcherIdleFlushersEnd(t *testing.T) {
+	ctx, cancel := testContext(t)
+	defer cancel()
+	r := newBatchRig(t, backends()[0], sqlfence.BatchConfig{MaxWait: time.Millisecond})
+	const partitions = 20
+	for p := range uint32(partitions) {
+		tk := tok(p, 1, "a", 1)
+		fenced(t, r.f, tk)
+		if _, _, err := r.b.Do(ctx, tk, "", r.insert(int(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(r.infos()); n != partitions {
+		t.Fatalf("%d batches; want %d", n, partitions)
+	}
+	pollUntil(t, "the idle partitions' flushers to end", func() bool { return flushers() == 0 })
+}
+
+// flushers counts the goroutines running a Batcher's flusher.
+func flushers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "sqlfence.(*Batcher).flush(")
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
