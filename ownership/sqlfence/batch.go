@@ -147,6 +147,9 @@ type call struct {
 	done   chan struct{}
 }
 
+// errNotMade is Do's answer on a Batcher not made by NewBatcher.
+var errNotMade = errors.New("sqlfence: Batcher not made by NewBatcher or NewBatcherFunc")
+
 // A CommitFunc runs fn in one transaction under t in mode m and commits
 // it, as Fence.DoConn does.
 type CommitFunc func(ctx context.Context, t ownership.Token, m ownership.Mode, fn func(tx Tx) error) error
@@ -212,6 +215,9 @@ func NewBatcherFunc(commit CommitFunc, cfg BatchConfig) (*Batcher, error) {
 // ctx) and returns it: a write that committed says so, rather than leave
 // its caller in doubt.
 func (b *Batcher) Do(ctx context.Context, t ownership.Token, id string, fn func(ctx context.Context, tx Tx) ([]byte, error)) (result []byte, dup bool, err error) {
+	if b.commitFn == nil {
+		return nil, false, errNotMade
+	}
 	if err := checkToken(t); err != nil {
 		return nil, false, err
 	}
@@ -340,10 +346,10 @@ func (b *Batcher) Cancel(t ownership.Token) {
 
 // Close fails the writes still queued with ErrBatcherClosed, waits for the
 // batches being committed to end, and makes every later Do fail. It is
-// idempotent.
+// idempotent, and a no-op on a Batcher not made by NewBatcher.
 func (b *Batcher) Close() error {
 	b.mu.Lock()
-	if !b.closed {
+	if !b.closed && b.done != nil {
 		b.closed = true
 		close(b.done)
 		for _, q := range b.queues {

@@ -137,3 +137,42 @@ func flushers() int {
 		buf = make([]byte, 2*len(buf))
 	}
 }
+
+// A Batcher not made by NewBatcher refuses writes with an error and its
+// Close, Cancel and Queued do nothing; none panics. (Before, Do panicked
+// on a nil map and Close on a nil channel.)
+func TestZeroBatcher(t *testing.T) {
+	ctx, cancel := testContext(t)
+	defer cancel()
+	var b sqlfence.Batcher
+	tk := tok(1, 1, "a", 1)
+	noPanic := func(what string, f func()) {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s on a zero Batcher panicked: %v", what, r)
+			}
+		}()
+		f()
+	}
+	noPanic("Cancel", func() { b.Cancel(tk) })
+	noPanic("Queued", func() {
+		if n := b.Queued(1); n != 0 {
+			t.Errorf("Queued = %d", n)
+		}
+	})
+	noPanic("Close", func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close = %v", err)
+		}
+	})
+	// Last: a panic in Do would leave the Batcher's mutex held.
+	noPanic("Do", func() {
+		_, _, err := b.Do(ctx, tk, "", func(context.Context, sqlfence.Tx) ([]byte, error) {
+			t.Error("a zero Batcher ran a write")
+			return nil, nil
+		})
+		if err == nil {
+			t.Error("a zero Batcher accepted a write")
+		}
+	})
+}
