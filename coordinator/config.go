@@ -76,25 +76,13 @@ func (h HandlerFuncs) Release(ctx context.Context, l *ownership.Lease) error {
 	return h.ReleaseFunc(ctx, l)
 }
 
-// Clock is the coordinator's source of time. The default is the system
-// clock; tests inject their own to run timers fast, slow, or with jumps.
-type Clock interface {
-	Now() time.Time
-	// NewTicker returns a channel that receives at every interval d and a
-	// function that stops it.
-	NewTicker(d time.Duration) (<-chan time.Time, func())
-}
+// Clock is the coordinator's source of time: ownership.Clock, the one a
+// sqlfence Batcher takes too. The default is the system clock; tests
+// inject their own to run timers fast, slow, or with jumps.
+type Clock = ownership.Clock
 
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-func (systemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	t := time.NewTicker(d)
-	return t.C, t.Stop
-}
-
-// SystemClock returns the real clock.
-func SystemClock() Clock { return systemClock{} }
+// SystemClock returns the real clock (ownership.SystemClock).
+func SystemClock() Clock { return ownership.SystemClock() }
 
 // Config configures a Coordinator. Build one from a preset (LocalConfig,
 // LANConfig, WANConfig) and set Name, Handler and the addresses. Zero

@@ -59,8 +59,13 @@ type BatchConfig struct {
 	// failing write.
 	Savepoints bool
 	// Timeout bounds each batch's transactions, its re-runs included (its
-	// writes' fns get a ctx that ends then). Default 30 s.
+	// writes' fns get a ctx that ends then). Default 30 s. It is a
+	// context's deadline, so it runs on the system clock, not on Clock.
 	Timeout time.Duration
+	// Clock times MaxWait: when a write was queued, how long a batch
+	// waits, and how long a flusher lingers. Default
+	// ownership.SystemClock().
+	Clock ownership.Clock
 	// Observe, if set, is called after each batch with its figures, from
 	// the partition's flusher: it must not block.
 	Observe func(BatchInfo)
@@ -189,6 +194,9 @@ func NewBatcherFunc(commit CommitFunc, cfg BatchConfig) (*Batcher, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = ownership.SystemClock()
+	}
 	return &Batcher{commitFn: commit, cfg: cfg, done: make(chan struct{}), queues: map[uint32]*queue{}}, nil
 }
 
@@ -265,7 +273,7 @@ func (b *Batcher) enqueue(ctx context.Context, c *call) error {
 			b.queues[p] = q
 		}
 		if len(q.calls) < b.cfg.QueueLen {
-			c.at = time.Now()
+			c.at = b.cfg.Clock.Now()
 			if !q.running {
 				q.idle = true // no batch queued, committing, or ended within MaxWait
 			}
@@ -371,19 +379,13 @@ func (b *Batcher) Close() error {
 // empty, then ends.
 func (b *Batcher) flush(p uint32, q *queue) {
 	defer b.wg.Done()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for {
 		b.mu.Lock()
 		var wait time.Duration
 		if len(q.calls) == 0 {
 			// Linger for MaxWait after the last batch: a write that
 			// comes meanwhile is not alone, and waits for company.
-			wait = time.Until(q.ended.Add(b.cfg.MaxWait))
+			wait = q.ended.Add(b.cfg.MaxWait).Sub(b.cfg.Clock.Now())
 			if wait <= 0 || b.closed {
 				q.running = false
 				delete(b.queues, p)
@@ -394,7 +396,7 @@ func (b *Batcher) flush(p uint32, q *queue) {
 		n := 0
 		if len(q.calls) > 0 {
 			n = b.sameToken(q.calls)
-			wait = time.Until(q.calls[0].at.Add(b.cfg.MaxWait))
+			wait = q.calls[0].at.Add(b.cfg.MaxWait).Sub(b.cfg.Clock.Now())
 		}
 		if n > 0 && (q.idle || n >= b.cfg.MaxWrites || n < len(q.calls) || wait <= 0) {
 			batch := make([]*call, min(n, b.cfg.MaxWrites))
@@ -410,22 +412,15 @@ func (b *Batcher) flush(p uint32, q *queue) {
 			continue
 		}
 		b.mu.Unlock()
-		if timer == nil {
-			timer = time.NewTimer(wait)
-		} else {
-			timer.Reset(wait)
-		}
+		// wait > 0 here: a flusher with no write left and no wait ended
+		// above, and writes with none left went as a batch.
+		tick, stop := b.cfg.Clock.NewTicker(wait)
 		select {
 		case <-q.more:
-		case <-timer.C:
+		case <-tick:
 		case <-b.done:
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
+		stop()
 	}
 }
 
@@ -458,7 +453,7 @@ func (e errRerun) Unwrap() error { return e.err }
 // commit sends batch, writes of partition p under one token, and gives each
 // its outcome.
 func (b *Batcher) commit(p uint32, q *queue, batch []*call) {
-	sent := time.Now()
+	sent := b.cfg.Clock.Now()
 	info := BatchInfo{Partition: p, Writes: len(batch)}
 	for _, c := range batch {
 		info.Wait = max(info.Wait, sent.Sub(c.at))
@@ -491,7 +486,7 @@ func (b *Batcher) commit(p uint32, q *queue, batch []*call) {
 		b.cfg.Observe(info)
 	}
 	b.mu.Lock()
-	q.busy, q.ended = false, time.Now() // before the callers learn
+	q.busy, q.ended = false, b.cfg.Clock.Now() // before the callers learn
 	b.mu.Unlock()
 	for _, c := range batch {
 		close(c.done)
