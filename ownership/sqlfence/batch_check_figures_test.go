@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -75,7 +76,7 @@ func batchCheckFigures(t *testing.T) {
 	toks := make([]ownership.Token, flushers)
 	conns := make([]*sql.Conn, flushers)
 	for p := range flushers {
-		toks[p] = tok(uint32(p), 1, "bench", 1)
+		toks[p] = fencetest.Tok(uint32(p), 1, "bench", 1)
 		if _, err := f.Fence(ctx, toks[p]); err != nil {
 			t.Fatal(err)
 		}

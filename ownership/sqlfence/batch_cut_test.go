@@ -19,6 +19,7 @@ import (
 	"github.com/tenure-go/tenure/internal/netdelay"
 	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -112,7 +113,7 @@ func TestBatcherLostCommitAnswerIsUnknownForAll(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer retry.Close()
-			tk := tok(1, 1, "a", 1)
+			tk := fencetest.Tok(1, 1, "a", 1)
 			fenced(t, r.f, tk)
 
 			release, first := r.hold(t, ctx, tk, 0)

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -147,7 +149,7 @@ func (r *batchRig) hold(t *testing.T, ctx context.Context, tk ownership.Token, i
 // queued waits until n writes of partition p are queued.
 func (r *batchRig) queued(t *testing.T, p uint32, n int) {
 	t.Helper()
-	pollUntil(t, fmt.Sprintf("%d writes queued", n), func() bool { return r.b.Queued(p) == n })
+	testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, fmt.Sprintf("%d writes queued", n), func() bool { return r.b.Queued(p) == n })
 }
 
 func get(t *testing.T, ch <-chan outcome) outcome {
@@ -187,7 +189,7 @@ func TestBatcherAppliesEveryWrite(t *testing.T) {
 				ctx, cancel := testContext(t)
 				defer cancel()
 				r := newBatchRig(t, be, sqlfence.BatchConfig{MaxWrites: 8, Savepoints: iso.savepoints})
-				tk := tok(3, 1, "a", 1)
+				tk := fencetest.Tok(3, 1, "a", 1)
 				fenced(t, r.f, tk)
 				const writers, each = 12, 10
 				var wg sync.WaitGroup
@@ -236,7 +238,7 @@ func TestBatcherWriteErrorFailsOnlyItself(t *testing.T) {
 				ctx, cancel := testContext(t)
 				defer cancel()
 				r := newBatchRig(t, be, sqlfence.BatchConfig{Savepoints: iso.savepoints})
-				tk := tok(1, 1, "a", 1)
+				tk := fencetest.Tok(1, 1, "a", 1)
 				fenced(t, r.f, tk)
 				release, first := r.hold(t, ctx, tk, 0)
 				a := r.async(ctx, tk, "", r.insert(1))
@@ -289,7 +291,7 @@ func TestBatcherRefusesStaleBatches(t *testing.T) {
 			ctx, cancel := testContext(t)
 			defer cancel()
 			r := newBatchRig(t, be, sqlfence.BatchConfig{})
-			e1, e2 := tok(1, 1, "a", 1), tok(1, 2, "b", 1)
+			e1, e2 := fencetest.Tok(1, 1, "a", 1), fencetest.Tok(1, 2, "b", 1)
 			fenced(t, r.f, e2)
 			// Under e2 (the mark) a batch is formed behind a holder; a
 			// write under e1 queued in its middle must not ride in it.
@@ -306,7 +308,7 @@ func TestBatcherRefusesStaleBatches(t *testing.T) {
 					t.Fatal(o.err)
 				}
 			}
-			wantStale(t, get(t, stale).err, e2)
+			fencetest.WantStale(t, get(t, stale).err, e2)
 			// A whole batch under e1.
 			var chs []<-chan outcome
 			release, first = r.hold(t, ctx, e2, 10)
@@ -319,7 +321,7 @@ func TestBatcherRefusesStaleBatches(t *testing.T) {
 				t.Fatal(o.err)
 			}
 			for _, ch := range chs {
-				wantStale(t, get(t, ch).err, e2)
+				fencetest.WantStale(t, get(t, ch).err, e2)
 			}
 			if got := fmt.Sprint(r.rows(t)); got != "[0 1 3 10]" {
 				t.Fatalf("rows %s; want [0 1 3 10]", got)
@@ -353,7 +355,7 @@ func TestBatcherCommitErrorIsOutcomeUnknownForAll(t *testing.T) {
 			if _, err := db.ExecContext(ctx, `CREATE TABLE "`+child+`" (id BIGINT REFERENCES "`+r.table+`" (id) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
 				t.Fatal(err)
 			}
-			tk := tok(1, 1, "a", 1)
+			tk := fencetest.Tok(1, 1, "a", 1)
 			fenced(t, r.f, tk)
 			release, first := r.hold(t, ctx, tk, 0)
 			var chs []<-chan outcome
@@ -393,7 +395,7 @@ func TestBatcherRequestsExactlyOnce(t *testing.T) {
 				db := be.open(t)
 				reqs := newRequests(t, db, be.dialect, nil)
 				r := newBatchRigOn(t, db, be, sqlfence.BatchConfig{Requests: reqs, Savepoints: iso.savepoints})
-				tk := tok(1, 1, "a", 1)
+				tk := fencetest.Tok(1, 1, "a", 1)
 				fenced(t, r.f, tk)
 				release, first := r.hold(t, ctx, tk, 0)
 				type w struct {
@@ -443,13 +445,13 @@ func TestBatcherWhenBatchesGo(t *testing.T) {
 			ctx, cancel := testContext(t)
 			defer cancel()
 			r := newBatchRig(t, be, sqlfence.BatchConfig{MaxWait: time.Hour, MaxWrites: 3})
-			tk, tk3 := tok(1, 1, "a", 1), tok(3, 1, "a", 1)
-			for _, x := range []ownership.Token{tk, tok(2, 1, "a", 1), tk3} {
+			tk, tk3 := fencetest.Tok(1, 1, "a", 1), fencetest.Tok(3, 1, "a", 1)
+			for _, x := range []ownership.Token{tk, fencetest.Tok(2, 1, "a", 1), tk3} {
 				fenced(t, r.f, x)
 			}
 			lone, lcancel := context.WithTimeout(ctx, 10*time.Second)
 			defer lcancel()
-			if _, _, err := r.b.Do(lone, tok(2, 1, "a", 1), "", r.insert(100)); err != nil {
+			if _, _, err := r.b.Do(lone, fencetest.Tok(2, 1, "a", 1), "", r.insert(100)); err != nil {
 				t.Fatalf("a lone write: %v; want it committed without waiting for MaxWait", err)
 			}
 			// MaxWrites queued: they go at once.
@@ -510,7 +512,7 @@ func TestBatcherPushesBackAndCancels(t *testing.T) {
 			ctx, cancel := testContext(t)
 			defer cancel()
 			r := newBatchRig(t, be, sqlfence.BatchConfig{QueueLen: 2, MaxWait: time.Hour})
-			tk := tok(1, 1, "a", 1)
+			tk := fencetest.Tok(1, 1, "a", 1)
 			fenced(t, r.f, tk)
 			hctx, hcancel := context.WithCancel(ctx)
 			release, first := r.hold(t, hctx, tk, 0)
@@ -564,13 +566,13 @@ func TestBatcherBadInput(t *testing.T) {
 	defer b.Close()
 	ctx, cancel := testContext(t)
 	defer cancel()
-	if _, _, err := b.Do(ctx, tok(1, 1, "a", 1), "", nil); err == nil {
+	if _, _, err := b.Do(ctx, fencetest.Tok(1, 1, "a", 1), "", nil); err == nil {
 		t.Error("a nil fn accepted")
 	}
-	if _, _, err := b.Do(ctx, tok(1, 1, "a", 1), "id", func(context.Context, sqlfence.Tx) ([]byte, error) { return nil, nil }); err == nil {
+	if _, _, err := b.Do(ctx, fencetest.Tok(1, 1, "a", 1), "id", func(context.Context, sqlfence.Tx) ([]byte, error) { return nil, nil }); err == nil {
 		t.Error("a request id without Requests accepted")
 	}
-	if _, _, err := b.Do(ctx, tok(1, 0, "a", 1), "", func(context.Context, sqlfence.Tx) ([]byte, error) { return nil, nil }); err == nil {
+	if _, _, err := b.Do(ctx, fencetest.Tok(1, 0, "a", 1), "", func(context.Context, sqlfence.Tx) ([]byte, error) { return nil, nil }); err == nil {
 		t.Error("epoch 0 accepted")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -27,7 +28,7 @@ type txBench struct {
 func newTxBench(tb testing.TB, be backend) *txBench {
 	db := be.open(tb)
 	f := newFence(tb, db, be.dialect)
-	x := &txBench{db: db, f: f, kv: newKV(tb, db, paths()[0]), tok: tok(1, 1, "bench", 1)}
+	x := &txBench{db: db, f: f, kv: newKV(tb, db, paths()[0]), tok: fencetest.Tok(1, 1, "bench", 1)}
 	ctx, cancel := testContext(tb)
 	defer cancel()
 	if _, err := f.Fence(ctx, x.tok); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -44,7 +45,7 @@ func TestCommitErrorIsOutcomeUnknown(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			t1 := tok(1, 1, "a", 1)
+			t1 := fencetest.Tok(1, 1, "a", 1)
 			if _, err := f.Fence(ctx, t1); err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +75,7 @@ func TestCancelBeforeCommitAppliesNothing(t *testing.T) {
 			if _, err := db.ExecContext(ctx, `CREATE TABLE "`+table+`" (id BIGINT)`); err != nil {
 				t.Fatal(err)
 			}
-			t1 := tok(1, 1, "a", 1)
+			t1 := fencetest.Tok(1, 1, "a", 1)
 			if _, err := f.Fence(ctx, t1); err != nil {
 				t.Fatal(err)
 			}

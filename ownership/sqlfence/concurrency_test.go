@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -65,7 +66,7 @@ func runConcurrentWriters(t *testing.T, b backend, via path, mode ownership.Mode
 	// the owner comparison: (1,a) < (1,b) < (2,a) < ...
 	toks := make([]ownership.Token, numToken)
 	for i := range toks {
-		toks[i] = tok(5, uint64(i/2+1), string(rune('a'+i%2)), uint64(i))
+		toks[i] = fencetest.Tok(5, uint64(i/2+1), string(rune('a'+i%2)), uint64(i))
 	}
 	mustFence(t, f, toks[0])
 

@@ -15,6 +15,7 @@ import (
 	"github.com/tenure-go/tenure/internal/netdelay"
 	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -107,7 +108,7 @@ func TestOffsetsCommit(t *testing.T) {
 			ctx, cancel := testContext(t)
 			defer cancel()
 			x := newOffsetsFixture(t, ctx, b, b.open(t))
-			old, cur := tok(4, 1, "a", 1), tok(4, 2, "b", 1)
+			old, cur := fencetest.Tok(4, 1, "a", 1), fencetest.Tok(4, 2, "b", 1)
 			if _, err := x.fence.Fence(ctx, old); err != nil {
 				t.Fatal(err)
 			}
@@ -143,7 +144,7 @@ func TestOffsetsCommit(t *testing.T) {
 			}
 			x.wantOnce(t, ctx, 4, 5)
 			// Another partition starts at 0 on its own.
-			if err := x.offsets.Commit(ctx, x.fence, tok(5, 1, "a", 1), 0, 1, nil); !errors.Is(err, ownership.ErrNotFenced) {
+			if err := x.offsets.Commit(ctx, x.fence, fencetest.Tok(5, 1, "a", 1), 0, 1, nil); !errors.Is(err, ownership.ErrNotFenced) {
 				t.Fatalf("commit on an unfenced partition = %v, want ErrNotFenced", err)
 			}
 			if err := x.offsets.Advance(ctx, x.db, 4, 5, 4); err == nil {
@@ -163,7 +164,7 @@ func TestOffsetsInDoubtCommit(t *testing.T) {
 	b := backends()[1]
 	direct := b.open(t)
 	x := newOffsetsFixture(t, ctx, b, direct)
-	token := tok(7, 1, "a", 1)
+	token := fencetest.Tok(7, 1, "a", 1)
 	if _, err := x.fence.Fence(ctx, token); err != nil {
 		t.Fatal(err)
 	}
