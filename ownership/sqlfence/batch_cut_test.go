@@ -18,6 +18,7 @@ import (
 
 	"github.com/tenure-go/tenure/internal/netdelay"
 	"github.com/tenure-go/tenure/internal/testdb"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
@@ -83,8 +84,7 @@ func TestBatcherLostCommitAnswerIsUnknownForAll(t *testing.T) {
 	for _, be := range []backend{backends()[1], mariadb} {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			direct := be.open(t)
 			reqs := newRequests(t, direct, be.dialect, nil)
 			f, fenceT := newFenceTable(t, direct, be.dialect, sqlfence.Config{})

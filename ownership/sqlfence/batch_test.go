@@ -38,8 +38,7 @@ func newBatchRig(t *testing.T, be backend, cfg sqlfence.BatchConfig) *batchRig {
 
 func newBatchRigOn(t *testing.T, db *sql.DB, be backend, cfg sqlfence.BatchConfig) *batchRig {
 	t.Helper()
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	r := &batchRig{db: db, mysql: be.dialect.String() == "mysql", f: newFence(t, db, be.dialect), table: uniqueName(t, db, "data")}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE "`+r.table+`" (id BIGINT PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
@@ -77,8 +76,7 @@ func (r *batchRig) bind(query string) string {
 // rows returns the ids in the data table, in order.
 func (r *batchRig) rows(t *testing.T) []int {
 	t.Helper()
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	rs, err := r.db.QueryContext(ctx, `SELECT id FROM "`+r.table+`" ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
@@ -165,8 +163,7 @@ func get(t *testing.T, ch <-chan outcome) outcome {
 
 func fenced(t *testing.T, f *sqlfence.Fence, tk ownership.Token) {
 	t.Helper()
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if _, err := f.Fence(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
@@ -186,8 +183,7 @@ func TestBatcherAppliesEveryWrite(t *testing.T) {
 		for _, iso := range isolations {
 			t.Run(be.name+"/"+iso.name, func(t *testing.T) {
 				t.Parallel()
-				ctx, cancel := testContext(t)
-				defer cancel()
+				ctx := testkit.Ctx(t, 60*time.Second)
 				r := newBatchRig(t, be, sqlfence.BatchConfig{MaxWrites: 8, Savepoints: iso.savepoints})
 				tk := fencetest.Tok(3, 1, "a", 1)
 				fenced(t, r.f, tk)
@@ -235,8 +231,7 @@ func TestBatcherWriteErrorFailsOnlyItself(t *testing.T) {
 		for _, iso := range isolations {
 			t.Run(be.name+"/"+iso.name, func(t *testing.T) {
 				t.Parallel()
-				ctx, cancel := testContext(t)
-				defer cancel()
+				ctx := testkit.Ctx(t, 60*time.Second)
 				r := newBatchRig(t, be, sqlfence.BatchConfig{Savepoints: iso.savepoints})
 				tk := fencetest.Tok(1, 1, "a", 1)
 				fenced(t, r.f, tk)
@@ -288,8 +283,7 @@ func TestBatcherRefusesStaleBatches(t *testing.T) {
 	for _, be := range withMariaDB() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			r := newBatchRig(t, be, sqlfence.BatchConfig{})
 			e1, e2 := fencetest.Tok(1, 1, "a", 1), fencetest.Tok(1, 2, "b", 1)
 			fenced(t, r.f, e2)
@@ -338,8 +332,7 @@ func TestBatcherCommitErrorIsOutcomeUnknownForAll(t *testing.T) {
 	for _, be := range backends() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			db := be.open(t)
 			if be.name == "sqlite" {
 				var err error
@@ -390,8 +383,7 @@ func TestBatcherRequestsExactlyOnce(t *testing.T) {
 		for _, iso := range isolations {
 			t.Run(be.name+"/"+iso.name, func(t *testing.T) {
 				t.Parallel()
-				ctx, cancel := testContext(t)
-				defer cancel()
+				ctx := testkit.Ctx(t, 60*time.Second)
 				db := be.open(t)
 				reqs := newRequests(t, db, be.dialect, nil)
 				r := newBatchRigOn(t, db, be, sqlfence.BatchConfig{Requests: reqs, Savepoints: iso.savepoints})
@@ -442,8 +434,7 @@ func TestBatcherWhenBatchesGo(t *testing.T) {
 	for _, be := range withMariaDB() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			r := newBatchRig(t, be, sqlfence.BatchConfig{MaxWait: time.Hour, MaxWrites: 3})
 			tk, tk3 := fencetest.Tok(1, 1, "a", 1), fencetest.Tok(3, 1, "a", 1)
 			for _, x := range []ownership.Token{tk, fencetest.Tok(2, 1, "a", 1), tk3} {
@@ -509,8 +500,7 @@ func TestBatcherPushesBackAndCancels(t *testing.T) {
 	for _, be := range withMariaDB() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			r := newBatchRig(t, be, sqlfence.BatchConfig{QueueLen: 2, MaxWait: time.Hour})
 			tk := fencetest.Tok(1, 1, "a", 1)
 			fenced(t, r.f, tk)
@@ -564,8 +554,7 @@ func TestBatcherBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if _, _, err := b.Do(ctx, fencetest.Tok(1, 1, "a", 1), "", nil); err == nil {
 		t.Error("a nil fn accepted")
 	}

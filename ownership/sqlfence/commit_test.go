@@ -6,7 +6,9 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
@@ -21,8 +23,7 @@ func TestCommitErrorIsOutcomeUnknown(t *testing.T) {
 	for b, via := range everyPath() {
 		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			db := b.open(t)
 			if b.name == "sqlite" {
 				// Foreign keys are a per-connection setting in SQLite: on
@@ -67,8 +68,7 @@ func TestCancelBeforeCommitAppliesNothing(t *testing.T) {
 	for b, via := range everyPath() {
 		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
 			table := uniqueName(t, db, "data")

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
@@ -23,8 +25,7 @@ func TestDoConnLeavesNoTransaction(t *testing.T) {
 	db.SetMaxOpenConns(1)
 	f := newFence(t, db, sqlfence.Postgres())
 	kv := newKV(t, db, paths()[1])
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	t1, t2 := fencetest.Tok(6, 1, "a", 1), fencetest.Tok(6, 2, "b", 2)
 	mustFence(t, f, t2)
 	pid := func() int {
@@ -137,8 +138,7 @@ func TestFenceDuringCheck(t *testing.T) {
 				db := openPostgres(t)
 				f, table := newFenceTable(t, db, sqlfence.Postgres(), sqlfence.Config{})
 				kv := newKV(t, db, via)
-				ctx, cancel := testContext(t)
-				defer cancel()
+				ctx := testkit.Ctx(t, 60*time.Second)
 				t1, t2 := fencetest.Tok(8, 1, "a", 1), fencetest.Tok(8, 2, "b", 2)
 				mustFence(t, f, t1)
 				// Warm the connections' statements, so the write waits in its check.
@@ -208,8 +208,7 @@ func TestMonotonicFirstWritesRace(t *testing.T) {
 			db := openPostgres(t)
 			f := newFence(t, db, sqlfence.Postgres())
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			low, high := fencetest.Tok(9, 1, "a", 1), fencetest.Tok(9, 2, "b", 2)
 			// Warm the connections' statements on another partition.
 			if err := kv.put(ctx, f, fencetest.Tok(10, 1, "w", 1), ownership.Monotonic, "warm", "x"); err != nil {
@@ -271,8 +270,7 @@ func TestDoConnTwoTables(t *testing.T) {
 	db.SetMaxOpenConns(1)
 	a, b := newFence(t, db, sqlfence.Postgres()), newFence(t, db, sqlfence.Postgres())
 	kv := newKV(t, db, paths()[1])
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	t1, t2 := fencetest.Tok(1, 1, "a", 1), fencetest.Tok(1, 2, "b", 2)
 	mustFence(t, a, t1)
 	mustFence(t, b, t1)
@@ -293,8 +291,7 @@ func TestDoConnOwnerNames(t *testing.T) {
 	db := openPostgres(t)
 	f := newFence(t, db, sqlfence.Postgres())
 	kv := newKV(t, db, paths()[1])
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	owners := []string{"", "node-1", "a'b", `a\'b`, `\`, "x'); SELECT pg_sleep(60); --", "é", "日本", "a b", "a\x01", "$$", "node_1.2:3/4@5"}
 	for i, o := range owners {
 		p := uint32(100 + i)

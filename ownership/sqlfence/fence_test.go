@@ -40,8 +40,7 @@ func TestFenceOrder(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			rng := rand.New(rand.NewPCG(1, 2))
 			checkOrder := func(from uint32) {
 				t.Helper()
@@ -112,8 +111,7 @@ func TestDoMonotonicRollback(t *testing.T) {
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			t2, t3 := fencetest.Tok(4, 2, "b", 2), fencetest.Tok(4, 3, "c", 3)
 			if err := kv.put(ctx, f, t2, ownership.Monotonic, "k", "v2"); err != nil {
 				t.Fatalf("first monotonic write: %v", err)
@@ -148,8 +146,7 @@ func TestDoRollsBack(t *testing.T) {
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			t1 := fencetest.Tok(1, 1, "a", 1)
 			mustFence(t, f, t1)
 
@@ -217,8 +214,7 @@ func fenceWaitsForDo(t *testing.T, b backend, via path, conc bool) {
 	db := b.open(t)
 	f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: conc})
 	kv := newKV(t, db, via)
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	t1, t2 := fencetest.Tok(2, 1, "a", 1), fencetest.Tok(2, 2, "b", 2)
 	mustFence(t, f, t1)
 
@@ -293,8 +289,7 @@ func TestAuthorityClaimsAboveInt32(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			seen := fencetest.Tok(9, 1<<40, "a", 1)
 			mustFence(t, f, seen)
 			got, err := f.Authority().Claim(ctx, 9, ownership.Node{Name: "b", Incarnation: 2}, seen)
@@ -316,8 +311,7 @@ func TestAuthorityUsageErrors(t *testing.T) {
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
 			a := f.Authority()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			na := ownership.Node{Name: "a", Incarnation: 1 << 63}
 			tb, err := a.Claim(ctx, 9, na, ownership.Token{})
 			if err != nil {
@@ -366,8 +360,7 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 	f := newFence(t, db, sqlfence.SQLite())
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	noop := func(sqlfence.Tx) error { return nil }
 	for _, via := range paths() {
 		for _, bad := range []ownership.Token{
@@ -415,8 +408,7 @@ func TestPrepareAndClose(t *testing.T) {
 				t.Fatal(err)
 			}
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			t1 := fencetest.Tok(1, 1, "a", 1)
 			if err := kv.put(ctx, f, t1, ownership.Exact, "k", "v"); err == nil {
 				t.Fatal("Do before CreateSchema succeeded")
@@ -451,8 +443,7 @@ func TestPrepareAndClose(t *testing.T) {
 
 func mustFence(t *testing.T, f *sqlfence.Fence, tk ownership.Token) {
 	t.Helper()
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if got, err := f.Fence(ctx, tk); err != nil || !got.Same(tk) {
 		t.Fatalf("Fence(%v) = %v, %v", tk, got, err)
 	}
@@ -469,8 +460,7 @@ type kv struct {
 func newKV(t testing.TB, db *sql.DB, via path) *kv {
 	t.Helper()
 	name := uniqueName(t, db, "tenure_kv")
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE "`+name+`" (k TEXT PRIMARY KEY, v TEXT NOT NULL)`); err != nil {
 		t.Fatalf("create kv table: %v", err)
 	}
@@ -568,8 +558,7 @@ func TestConcurrentDo(t *testing.T) {
 			db := b.open(t)
 			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: true})
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			t1, t2 := fencetest.Tok(3, 1, "a", 1), fencetest.Tok(3, 2, "b", 2)
 			mustFence(t, f, t1)
 
@@ -608,8 +597,7 @@ func TestConcurrentDo(t *testing.T) {
 			db := b.open(t)
 			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			t1 := fencetest.Tok(3, 1, "a", 1)
 			mustFence(t, f, t1)
 			first := hold(t, ctx, f, via, kv, t1, "k1", "v")
@@ -648,8 +636,7 @@ func TestFenceNotStarvedByConcurrentWriters(t *testing.T) {
 			}
 			defer qualified.Close()
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			t1, t2, t3 := fencetest.Tok(4, 1, "a", 1), fencetest.Tok(4, 2, "b", 2), fencetest.Tok(4, 4, "d", 4)
 			mustFence(t, f, t1)
 
@@ -722,8 +709,7 @@ func TestMonotonicTakesTheGateFirst(t *testing.T) {
 			db := b.open(t)
 			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			t1, t2 := fencetest.Tok(6, 1, "a", 1), fencetest.Tok(6, 2, "b", 2)
 			mustFence(t, f, t1)
 			key := `('"` + table + `"'::regclass::oid::bigint << 32 | 6)`

@@ -25,8 +25,7 @@ import (
 // new owner's Fence does not wait for the holder. (Before ErrSessionEnded,
 // Do returned the driver's error alone.)
 func TestKilledSessionRollsBack(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	b := backends()[1]
 	direct := b.open(t)
 	f, table := newFenceTable(t, direct, b.dialect, sqlfence.Config{})
@@ -93,8 +92,7 @@ func TestKilledSessionRollsBack(t *testing.T) {
 // (ownership.ErrOutcomeUnknown), never ErrSessionEnded: the commit may
 // have landed (here it did not).
 func TestTerminatedSessionClassified(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	b := backends()[1]
 	direct := b.open(t)
 	f, _ := newFenceTable(t, direct, b.dialect, sqlfence.Config{})

@@ -79,8 +79,7 @@ func openMySQL(t testing.TB, params string) *sql.DB {
 // authority mints dense epochs, loses a race with a conflict, jumps above
 // what the claimant saw, and works above 2^31.
 func TestMariaDBFence(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := mariadb.open(t)
 	f, table := newFenceTable(t, db, mariadb.dialect, sqlfence.Config{})
 	data := uniqueName(t, db, "data")
@@ -196,8 +195,7 @@ func TestMariaDBFence(t *testing.T) {
 // transaction read (a locking read, the latest) as it wrote: every one
 // must be its own token's.
 func TestMariaDBFenceWaitsForWriters(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := mariadb.open(t)
 	f, table := newFenceTable(t, db, mariadb.dialect, sqlfence.Config{})
 	data := uniqueName(t, db, "data")
@@ -248,8 +246,7 @@ func TestMariaDBFenceWaitsForWriters(t *testing.T) {
 // Requests on MariaDB: a duplicate gets the first result and does not
 // run, in a later transaction and on the next owner.
 func TestMariaDBRequests(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := mariadb.open(t)
 	f := newFence(t, db, mariadb.dialect)
 	reqs := newRequests(t, db, mariadb.dialect, nil)
@@ -287,8 +284,7 @@ func TestMariaDBRequests(t *testing.T) {
 // The fence works in the server's own sql_mode (no ANSI_QUOTES): its SQL
 // quotes names MySQL's way.
 func TestMariaDBServerSQLMode(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := openMySQL(t, "")
 	var mode string
 	if err := db.QueryRowContext(ctx, `SELECT @@SESSION.sql_mode`).Scan(&mode); err != nil || strings.Contains(mode, "ANSI_QUOTES") {
@@ -319,8 +315,7 @@ func TestMariaDBServerSQLMode(t *testing.T) {
 // former owner's commit refused. (Before, NewOffsets accepted MySQL() and
 // built PostgreSQL's SQL: every Get and Commit failed with a syntax error.)
 func TestMariaDBOffsets(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := mariadb.open(t)
 	f, _ := newFenceTable(t, db, mariadb.dialect, sqlfence.Config{})
 	table := uniqueName(t, db, "tenure_offsets")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenure-go/tenure/internal/netdelay"
 	"github.com/tenure-go/tenure/internal/testdb"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
@@ -105,8 +106,7 @@ func (x *offsetsFixture) wantOnce(t *testing.T, ctx context.Context, p uint32, n
 func TestOffsetsCommit(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			x := newOffsetsFixture(t, ctx, b, b.open(t))
 			old, cur := fencetest.Tok(4, 1, "a", 1), fencetest.Tok(4, 2, "b", 1)
 			if _, err := x.fence.Fence(ctx, old); err != nil {
@@ -159,8 +159,7 @@ func TestOffsetsCommit(t *testing.T) {
 // error wrapping ownership.ErrOutcomeUnknown; the retry of the same batch
 // fails with ErrOffsetMoved, and every event is applied once.
 func TestOffsetsInDoubtCommit(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	b := backends()[1]
 	direct := b.open(t)
 	x := newOffsetsFixture(t, ctx, b, direct)

@@ -30,8 +30,7 @@ func newRequestsTable(t *testing.T, db *sql.DB, d sqlfence.Dialect, now func() t
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if err := r.CreateSchema(ctx, db); err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +45,7 @@ func TestRequestsOnce(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
 			reqs := newRequests(t, db, b.dialect, nil)
@@ -129,8 +127,7 @@ func TestRequestsConcurrentDuplicates(t *testing.T) {
 		for _, conc := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/concurrent=%v", b.name, conc), func(t *testing.T) {
 				t.Parallel()
-				ctx, cancel := testContext(t)
-				defer cancel()
+				ctx := testkit.Ctx(t, 60*time.Second)
 				db := b.open(t)
 				f, _ := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: conc})
 				reqs := newRequests(t, db, b.dialect, nil)
@@ -195,8 +192,7 @@ func TestRequestsDuplicateWaitsForTheFirst(t *testing.T) {
 	for _, conc := range []bool{false, true} {
 		t.Run(fmt.Sprintf("concurrent=%v", conc), func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			db := b.open(t)
 			f, fenceTable := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: conc})
 			reqs, reqTable := newRequestsTable(t, db, b.dialect, nil)
@@ -261,8 +257,7 @@ func TestRequestsDuplicateWaitsForTheFirst(t *testing.T) {
 }
 
 func TestRequestsForget(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	b := backends()[0]
 	db := b.open(t)
 	f := newFence(t, db, b.dialect)
