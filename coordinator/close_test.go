@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -175,7 +176,7 @@ func TestCloseDoesNotWaitForAPeerThatNeverAnswers(t *testing.T) {
 	if n.c.Table().Has("b1") {
 		left = waitMemberLeft(ctx, t, events, "b1")
 	}
-	waitFor(ctx, t, "a rejoin of the crashed peer to hang in the black hole", func() bool {
+	testkit.WaitFor(ctx, t, "a rejoin of the crashed peer to hang in the black hole", func() bool {
 		return hole.acceptedAfter(left)
 	})
 	closed := make(chan struct{})
@@ -220,9 +221,9 @@ func TestKnownMembersForgottenAfterReconnectTimeout(t *testing.T) {
 	defer cancel()
 	n, addr := crashedPeerAddr(ctx, t, func(c *Config) { c.ReconnectTimeout = 3 * time.Second })
 	hole := newBlackHole(t, addr, false)
-	waitFor(ctx, t, "the crashed peer to leave the table", func() bool { return n.c.Table().Len() == 1 })
+	testkit.WaitFor(ctx, t, "the crashed peer to leave the table", func() bool { return n.c.Table().Len() == 1 })
 	k0, _ := hole.accepted()
-	waitFor(ctx, t, "the node to re-join its lost peer", func() bool {
+	testkit.WaitFor(ctx, t, "the node to re-join its lost peer", func() bool {
 		k, _ := hole.accepted()
 		return k > k0
 	})
@@ -231,7 +232,7 @@ func TestKnownMembersForgottenAfterReconnectTimeout(t *testing.T) {
 	quiet := 4 * n.c.cfg.RejoinInterval
 	bctx, bcancel := within(ctx)
 	defer bcancel()
-	waitFor(bctx, t, "the rejoins to stop", func() bool {
+	testkit.WaitFor(bctx, t, "the rejoins to stop", func() bool {
 		_, last := hole.accepted()
 		return time.Since(last) > quiet
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -361,7 +362,7 @@ func gracefulLeave(ctx context.Context, t *testing.T, tc *testCluster, name stri
 			w.run(wctx, uint64(i))
 		}()
 	}
-	waitFor(ctx, t, "writes before the leave", func() bool { return w.acked.Load() > 100 })
+	testkit.WaitFor(ctx, t, "writes before the leave", func() bool { return w.acked.Load() > 100 })
 	leaver := tc.node(name)
 	start := time.Now()
 	tc.remove(name)
@@ -371,7 +372,7 @@ func gracefulLeave(ctx context.Context, t *testing.T, tc *testCluster, name stri
 	tc.waitConverged(ctx)
 	elapsed := time.Since(start)
 	base := w.acked.Load()
-	waitFor(ctx, t, "writes after the leave", func() bool { return w.acked.Load() > base+100 })
+	testkit.WaitFor(ctx, t, "writes after the leave", func() bool { return w.acked.Load() > base+100 })
 	stop()
 	wg.Wait()
 	return elapsed, w.rejected.Load(), w.acked.Load()
@@ -494,20 +495,6 @@ func TestWrongGossipKeyRefused(t *testing.T) {
 	defer c3.Close()
 	if err := c3.Start(ctx); err != nil {
 		t.Fatalf("join after key rotation: %v", err)
-	}
-}
-
-// waitFor is tenuretest.WaitFor, which imports coordinator: these in-package tests can't import it (an import cycle).
-func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	lag := slowtest.Lag{Interval: 5 * time.Millisecond}
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatal(slowtest.TimedOut(what, ctx.Err(), &lag))
-		case now := <-time.After(lag.Interval):
-			lag.Tick(now)
-		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ownership/quorum"
@@ -149,7 +150,7 @@ func waitDropped(ctx context.Context, t *testing.T, nodes []*testNode, before ma
 	t.Helper()
 	ctx, cancel := within(ctx)
 	defer cancel()
-	waitFor(ctx, t, "every node to refuse the forged gossip", func() bool {
+	testkit.WaitFor(ctx, t, "every node to refuse the forged gossip", func() bool {
 		for _, n := range nodes {
 			if dropped(n.c)-before[n.name] < want {
 				return false
@@ -226,7 +227,7 @@ func TestForgedGossipCannotMakeAPartitionUnclaimable(t *testing.T) {
 		in.goodbye(t, "tenure")
 	}
 	// The intruders said goodbye: no one counts them for quorum any more.
-	waitFor(ctx, t, "the intruders to leave the stable membership", func() bool {
+	testkit.WaitFor(ctx, t, "the intruders to leave the stable membership", func() bool {
 		for _, n := range tc.all() {
 			if len(n.c.stable.Load().Members) != 3 {
 				return false
@@ -469,7 +470,7 @@ func TestForgedStableMembershipCannotHaltTheCluster(t *testing.T) {
 				_, _ = in.ml.Join([]string{n.c.GossipAddr()})
 			}
 			if !keyed {
-				waitFor(ctx, t, "every node to merge the forged state", func() bool {
+				testkit.WaitFor(ctx, t, "every node to merge the forged state", func() bool {
 					for _, n := range tc.all() {
 						if n.c.reg.GetClaim(p).Token.Epoch < mark.Token.Epoch {
 							return false

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ownership/quorum"
@@ -61,7 +62,7 @@ func loopAlive(t *testing.T, c *Coordinator) {
 	defer cancel()
 	for range 2 {
 		c.inbox.push(heard{})
-		waitFor(ctx, t, c.cfg.Name+"'s loop to take in its gossip", func() bool {
+		testkit.WaitFor(ctx, t, c.cfg.Name+"'s loop to take in its gossip", func() bool {
 			c.inbox.mu.Lock()
 			defer c.inbox.mu.Unlock()
 			return len(c.inbox.items) == 0

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/transport/faultnet"
@@ -136,7 +137,7 @@ func waitReleased(ctx context.Context, t *testing.T, h *callLog, tok ownership.T
 	t.Helper()
 	ctx, cancel := within(ctx)
 	defer cancel()
-	waitFor(ctx, t, what+": Release", func() bool { return len(h.releases(tok)) > 0 })
+	testkit.WaitFor(ctx, t, what+": Release", func() bool { return len(h.releases(tok)) > 0 })
 	return h.releases(tok)[0]
 }
 
@@ -263,7 +264,7 @@ func TestResignAndLeaseEndGiveTheLeaseBack(t *testing.T) {
 			}
 		}
 		// ... and the partition is owned again, under a new epoch.
-		waitFor(bctx, t, fmt.Sprintf("p%d owned again", p), func() bool {
+		testkit.WaitFor(bctx, t, fmt.Sprintf("p%d owned again", p), func() bool {
 			nl, err := n0.c.LeaseOfPartition(p)
 			return err == nil && nl.Token().Epoch > l.Token().Epoch
 		})
@@ -335,7 +336,7 @@ func TestReleaseOverrunEndsTheLease(t *testing.T) {
 	}
 	bctx, bcancel := within(ctx)
 	defer bcancel()
-	waitFor(bctx, t, "p7 owned again", func() bool {
+	testkit.WaitFor(bctx, t, "p7 owned again", func() bool {
 		for _, n := range tc.all() {
 			if nl, err := n.c.LeaseOfPartition(7); err == nil && nl.Token().Epoch > l.Token().Epoch {
 				return true

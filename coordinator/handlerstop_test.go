@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenure-go/tenure/internal/leakcheck"
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -53,7 +54,7 @@ func stopFromHandler(t *testing.T, name string, inRelease bool, stop func(contex
 		t.Fatal(err)
 	}
 	if inRelease {
-		waitFor(ctx, t, "a lease on p0", func() bool {
+		testkit.WaitFor(ctx, t, "a lease on p0", func() bool {
 			l, _ := c.LeaseOfPartition(0)
 			return l != nil
 		})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 )
 
 // memberNames returns the names of the members n sees, sorted.
@@ -53,7 +54,7 @@ func TestLeaveDuringSplitGivesOnlyOneSideAQuorum(t *testing.T) {
 	if err := fn.Partition([]string{"v0", "v1"}, []string{"v2", "v3", "v4"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(ctx, t, "the first split to be seen", func() bool {
+	testkit.WaitFor(ctx, t, "the first split to be seen", func() bool {
 		return sees(near, "v0", "v1")() && sees(append([]*testNode{leaver}, far...), "v2", "v3", "v4")()
 	})
 
@@ -74,7 +75,7 @@ func TestLeaveDuringSplitGivesOnlyOneSideAQuorum(t *testing.T) {
 	left := make(chan error, 1)
 	go func() { left <- leaver.c.Leave(ctx) }()
 	tc.remove("v2")
-	waitFor(ctx, t, "v3 and v4 to see v2 leaving", func() bool {
+	testkit.WaitFor(ctx, t, "v3 and v4 to see v2 leaving", func() bool {
 		for _, n := range far {
 			if tab := n.c.Table(); tab == nil || tab.Has("v2") || !slices.Contains(memberNames(n), "v2") {
 				return false
@@ -89,7 +90,7 @@ func TestLeaveDuringSplitGivesOnlyOneSideAQuorum(t *testing.T) {
 	// v0 and v1 find v2 again (the periodic rejoin) and lose v3 and v4
 	// once more (v2's state showed them alive); v2 loses v3 and v4 too,
 	// and they lose v2.
-	waitFor(ctx, t, "the second split to be seen", func() bool {
+	testkit.WaitFor(ctx, t, "the second split to be seen", func() bool {
 		return sees(append([]*testNode{leaver}, near...), "v0", "v1", "v2")() && sees(far, "v3", "v4")()
 	})
 	letGo()
@@ -101,7 +102,7 @@ func TestLeaveDuringSplitGivesOnlyOneSideAQuorum(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the leave did not end")
 	}
-	waitFor(ctx, t, "v0 and v1 to see v2 gone", sees(near, "v0", "v1"))
+	testkit.WaitFor(ctx, t, "v0 and v1 to see v2 gone", sees(near, "v0", "v1"))
 
 	// Well past StepDown and Grace: neither far node counts a quorum at
 	// any moment, and the near side keeps one.

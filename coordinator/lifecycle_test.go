@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -133,7 +134,7 @@ func TestCloseDuringStart(t *testing.T) {
 			goClose()
 		case 2: // during the join's stream
 			go func() { started <- c.Start(ictx) }()
-			waitFor(ictx, t, "the join to reach the seed", func() bool {
+			testkit.WaitFor(ictx, t, "the join to reach the seed", func() bool {
 				k, _ := hole.accepted()
 				return k > k0
 			})
@@ -171,7 +172,7 @@ func TestStartReturnsWhenItsContextEnds(t *testing.T) {
 	sctx, scancel := context.WithCancel(ctx)
 	started := make(chan error, 1)
 	go func() { started <- c.Start(sctx) }()
-	waitFor(ctx, t, "the join to reach the seed", func() bool {
+	testkit.WaitFor(ctx, t, "the join to reach the seed", func() bool {
 		k, _ := hole.accepted()
 		return k > 0
 	})
@@ -290,7 +291,7 @@ func TestShutdownEndsDialsInProgress(t *testing.T) {
 			c := startAlone(ctx, t, cfg)
 			joined := make(chan error, 1)
 			go func() { joined <- c.Join(context.Background(), []string{addr}) }()
-			waitFor(ctx, t, "the join's dial to hang", hung)
+			testkit.WaitFor(ctx, t, "the join's dial to hang", hung)
 			closed := make(chan error, 1)
 			go func() { closed <- c.Close() }()
 			if err := result(ctx, t, closed, "Close"); err != nil {
@@ -368,7 +369,7 @@ func TestLifecycleMisuse(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		started := make(chan error, 1)
 		go func() { started <- c.Start(ctx) }()
-		waitFor(ctx, t, "the join's stream", func() bool { n, _ := hole.accepted(); return n > 0 })
+		testkit.WaitFor(ctx, t, "the join's stream", func() bool { n, _ := hole.accepted(); return n > 0 })
 		// Start hangs in its join: WaitConverged waits for its context.
 		wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer wcancel()
@@ -602,7 +603,7 @@ func TestStartWaitsForALateSeed(t *testing.T) {
 	defer closeWithin(t, early)
 	started := make(chan error, 1)
 	go func() { started <- early.Start(ctx) }()
-	waitFor(ctx, t, "a failed join logged at Info", func() bool {
+	testkit.WaitFor(ctx, t, "a failed join logged at Info", func() bool {
 		select {
 		case err := <-started:
 			t.Fatalf("Start returned %v before its seed was up, want it to keep trying", err)
@@ -616,7 +617,7 @@ func TestStartWaitsForALateSeed(t *testing.T) {
 	if err := result(ctx, t, started, "Start"); err != nil {
 		t.Fatalf("Start whose seed came up late returned %v, want nil", err)
 	}
-	waitFor(ctx, t, "both nodes in both tables", func() bool {
+	testkit.WaitFor(ctx, t, "both nodes in both tables", func() bool {
 		a, b := early.Table(), late.Table()
 		return a != nil && b != nil && a.Len() == 2 && b.Len() == 2
 	})
@@ -656,7 +657,7 @@ func handlingStreams() int {
 func TestShutdownEndsAcceptedStreams(t *testing.T) {
 	ctx, cancel := slowtest.WithTimeout(context.Background(), lifeDeadline)
 	defer cancel()
-	waitFor(ctx, t, "earlier tests' stream handlers to end", func() bool { return handlingStreams() == 0 })
+	testkit.WaitFor(ctx, t, "earlier tests' stream handlers to end", func() bool { return handlingStreams() == 0 })
 	cfg := lifeConfig("accepted")
 	slowTCP(&cfg)
 	c := startAlone(ctx, t, cfg)
@@ -665,9 +666,9 @@ func TestShutdownEndsAcceptedStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	waitFor(ctx, t, "the node to serve the silent stream", func() bool { return handlingStreams() == 1 })
+	testkit.WaitFor(ctx, t, "the node to serve the silent stream", func() bool { return handlingStreams() == 1 })
 	c.Close()
-	waitFor(ctx, t, "the handler of the silent stream to end after Close", func() bool { return handlingStreams() == 0 })
+	testkit.WaitFor(ctx, t, "the handler of the silent stream to end after Close", func() bool { return handlingStreams() == 0 })
 }
 
 // The shortest RetryInterval Validate takes, a nanosecond, made Start's

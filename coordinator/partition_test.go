@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/transport/faultnet"
 )
 
@@ -68,7 +69,7 @@ func TestPartitionMinorityStepsDownAndHealMerges(t *testing.T) {
 	if err := fn.Partition(names(major), names(minor)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(ctx, t, "the minority to step down", func() bool {
+	testkit.WaitFor(ctx, t, "the minority to step down", func() bool {
 		for _, n := range minor {
 			if n.c.ownedCount() != 0 {
 				return false

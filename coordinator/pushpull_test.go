@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/gossip"
 	"github.com/tenure-go/tenure/ownership/quorum"
@@ -78,7 +79,7 @@ func ownerOfP3(ctx context.Context, t *testing.T, keyed bool, name string) (*Coo
 		keys = metaKeys(t, "tenure test token key, 32 bytes")
 	}
 	c := newTestCluster(t, func(c *Config) { c.TokenKeys = keys }).start(ctx, name).c
-	waitFor(ctx, t, "the node to own partition 3", func() bool {
+	testkit.WaitFor(ctx, t, "the node to own partition 3", func() bool {
 		_, err := c.LeaseOfPartition(3)
 		return err == nil
 	})
@@ -135,7 +136,7 @@ func TestPushPullOfBroadcastKindsOverTCP(t *testing.T) {
 			for kind, b := range broadcastSamples(t, c, keys) {
 				n := dropped(c)
 				rawPushPull(t, c.GossipAddr(), b)
-				waitFor(ctx, t, "the node to drop a "+kind+" sent as state", func() bool { return dropped(c) > n })
+				testkit.WaitFor(ctx, t, "the node to drop a "+kind+" sent as state", func() bool { return dropped(c) > n })
 			}
 			if lease.Err() != nil {
 				t.Fatalf("the lease ended: %v", lease.Err())

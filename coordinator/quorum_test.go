@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership/machine"
 )
 
@@ -72,7 +73,7 @@ func TestNoQuorumWarnsOnceAndStatusSaysWhy(t *testing.T) {
 	}
 	tc.remove("r1").c.Close()
 	tc.remove("r2").c.Close()
-	waitFor(ctx, t, "the survivor to step down", func() bool { return last.c.ownedCount() == 0 })
+	testkit.WaitFor(ctx, t, "the survivor to step down", func() bool { return last.c.ownedCount() == 0 })
 	// Well past StepDown: the warning is not repeated.
 	hold := time.NewTimer(4 * last.c.cfg.StepDown)
 	<-hold.C

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport/faultnet"
 )
@@ -101,14 +102,14 @@ func TestRestartOnMinoritySideHoldsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	m3 := tc.node("m3")
-	waitFor(ctx, t, "the minority to step down", func() bool { return m3.c.ownedCount() == 0 && tc.node("m4").c.ownedCount() == 0 })
+	testkit.WaitFor(ctx, t, "the minority to step down", func() bool { return m3.c.ownedCount() == 0 && tc.node("m4").c.ownedCount() == 0 })
 
 	// m4 restarts, and m5 is new; both join m3, on their side of the cut.
 	tc.remove("m4").c.Close()
 	tc.seed = m3.c.GossipAddr()
 	m4 := tc.start(ctx, "m4")
 	m5 := tc.start(ctx, "m5")
-	waitFor(ctx, t, "the restarted node to see its side", func() bool {
+	testkit.WaitFor(ctx, t, "the restarted node to see its side", func() bool {
 		return m4.c.Table().Len() == 3 && m5.c.Table().Len() == 3
 	})
 	if breach := watchQuiet(ctx, log, []*testNode{m3, m4, m5}, m4.c.cfg.Grace+1500*time.Millisecond); breach != "" {
@@ -137,7 +138,7 @@ func TestReshapedSplitHasOneQuorum(t *testing.T) {
 	if err := fn.Partition(names([]*testNode{a, b}), names([]*testNode{c, d, e})); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(ctx, t, "{c,d,e} to become the stable membership", func() bool {
+	testkit.WaitFor(ctx, t, "{c,d,e} to become the stable membership", func() bool {
 		for _, n := range []*testNode{c, d, e} {
 			if !slices.Equal(n.c.Status().Stable, []string{"s2", "s3", "s4"}) {
 				return false
@@ -150,7 +151,7 @@ func TestReshapedSplitHasOneQuorum(t *testing.T) {
 		t.Fatal(err)
 	}
 	abc := []*testNode{a, b, c}
-	waitFor(ctx, t, "{a,b,c} to hold nothing", func() bool {
+	testkit.WaitFor(ctx, t, "{a,b,c} to hold nothing", func() bool {
 		for _, n := range abc {
 			if n.c.ownedCount() != 0 || n.c.Status().Quorum {
 				return false

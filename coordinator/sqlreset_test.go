@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -51,7 +52,7 @@ func TestSQLAuthorityResetKeepsTokensUniqueAndVisible(t *testing.T) {
 	// its ReportStale reached the loop: the test used to accept a live old
 	// lease here and then call its token a second grant (a false S3 under
 	// load).
-	waitFor(ctx, t, "every partition's ring owner to hold a new lease", func() bool {
+	testkit.WaitFor(ctx, t, "every partition's ring owner to hold a new lease", func() bool {
 		for p := range old {
 			n := tc.node(tc.all()[0].c.Table().Owner(p))
 			if l, err := n.c.LeaseOfPartition(p); err != nil || l == oldLease[p] {

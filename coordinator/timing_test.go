@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 )
 
@@ -78,7 +79,7 @@ func isolateAnOwner(t *testing.T, tweak func(*Config)) (lastEnd, firstFence time
 	// The reach check shows in Status: the isolated node names members it
 	// can't ping before its leases end.
 	named := false
-	waitFor(ctx, t, "the isolated owner to end its leases", func() bool {
+	testkit.WaitFor(ctx, t, "the isolated owner to end its leases", func() bool {
 		named = named || len(tc.node(victim).c.Status().Unreachable) > 0
 		return tc.node(victim).c.ownedCount() == 0
 	})

@@ -10,16 +10,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure/internal/testkit"
 )
 
 func memTok(p uint32, epoch uint64, owner string) Token {
 	return Token{Partition: p, Epoch: epoch, Owner: owner, Incarnation: epoch * 7}
-}
-
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func wantStale(t *testing.T, err error, current Token) {
@@ -34,7 +30,7 @@ func wantStale(t *testing.T, err error, current Token) {
 }
 
 func TestMemoryFenceSemantics(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	f, err := NewMemoryFence(4)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +95,7 @@ func TestMemoryFenceSemantics(t *testing.T) {
 }
 
 func TestMemoryFenceDo(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	f, _ := NewMemoryFence(2)
 	t1, t2 := memTok(0, 1, "a"), memTok(0, 2, "b")
 	if _, err := f.Fence(ctx, t1); err != nil {
@@ -144,7 +140,7 @@ func TestMemoryFenceDo(t *testing.T) {
 }
 
 func TestMemoryFenceBadInput(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	for _, n := range []int{0, -1} {
 		if _, err := NewMemoryFence(n); err == nil {
 			t.Errorf("NewMemoryFence(%d) accepted", n)
@@ -173,7 +169,7 @@ func TestMemoryFenceBadInput(t *testing.T) {
 }
 
 func TestMemoryFenceKeyring(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	k, _ := NewKeyring(macTestKey(1))
 	other, _ := NewKeyring(macTestKey(2))
 	f, err := NewMemoryFenceConfig(MemoryFenceConfig{Partitions: 1, Keyring: k})
@@ -224,7 +220,7 @@ func TestMemoryFenceKeyring(t *testing.T) {
 
 // Fence waits for a Do in flight, and Check does not.
 func TestMemoryFenceFenceWaitsForDo(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	f, _ := NewMemoryFence(1)
 	t1, t2 := memTok(0, 1, "a"), memTok(0, 2, "b")
 	if _, err := f.Fence(ctx, t1); err != nil {
@@ -274,7 +270,7 @@ func TestMemoryFenceFenceWaitsForDo(t *testing.T) {
 // no write under a token runs after a higher token was fenced, and every
 // write under the current token runs.
 func TestMemoryFenceConcurrentExact(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	const (
 		partitions = 2
 		epochs     = 30
@@ -426,7 +422,7 @@ func TestMemoryFenceConcurrentExact(t *testing.T) {
 // Monotonic writers with random tokens, some never fenced: the writes that
 // run are in token order.
 func TestMemoryFenceConcurrentMonotonic(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	const (
 		epochs  = 200
 		writers = 8
@@ -487,7 +483,7 @@ func TestMemoryFenceConcurrentMonotonic(t *testing.T) {
 // Check racing Fence: once a Fence of a higher token has returned, Check
 // rejects the older token.
 func TestMemoryFenceConcurrentCheck(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	const epochs = 300
 	f, _ := NewMemoryFence(1)
 	var published atomic.Uint64 // highest epoch whose Fence returned

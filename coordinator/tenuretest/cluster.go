@@ -13,6 +13,7 @@ import (
 	"github.com/tenure-go/tenure/coordinator"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport/faultnet"
 )
@@ -424,20 +425,7 @@ func (cl *Cluster) OwnerOf(ctx context.Context, key []byte) (string, error) {
 // wraps ctx's and says how busy the machine was and how late the polling
 // ran, so an overloaded machine shows as one. Give ctx a deadline from
 // WithTimeout, which scales with the machine's load.
-func Poll(ctx context.Context, cond func() bool) error {
-	lag := slowtest.Lag{Interval: 10 * time.Millisecond}
-	tick := time.NewTicker(lag.Interval)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (machine: %s; polling ran up to %v late)", ctx.Err(), slowtest.Describe(), lag.Max().Round(time.Millisecond))
-		case now := <-tick.C:
-			lag.Tick(now)
-		}
-	}
-	return nil
-}
+func Poll(ctx context.Context, cond func() bool) error { return testkit.Poll(ctx, cond) }
 
 // WaitFor is Poll for a test: it waits until cond holds and fails t with
 // what ("waiting for <what>: context deadline exceeded (machine: ...)") if
@@ -445,9 +433,7 @@ func Poll(ctx context.Context, cond func() bool) error {
 // call it only from the test's goroutine.
 func WaitFor(ctx context.Context, t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	if err := Poll(ctx, cond); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
+	testkit.WaitFor(ctx, t, what, cond)
 }
 
 // WithTimeout is context.WithTimeout with d, the bound on an idle machine,

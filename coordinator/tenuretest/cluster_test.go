@@ -3,8 +3,6 @@ package tenuretest_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -152,38 +150,6 @@ func TestPauseKeepsLeasesThenFenced(t *testing.T) {
 	}
 	if err := cl.WaitConverged(ctx); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// fatalRecorder is a testing.TB whose Fatalf records instead of failing.
-type fatalRecorder struct {
-	testing.TB
-	fatal string
-}
-
-func (r *fatalRecorder) Helper()                        {}
-func (r *fatalRecorder) Fatalf(format string, a ...any) { r.fatal = fmt.Sprintf(format, a...) }
-
-// WaitFor returns once the condition holds, and fails the test naming
-// what it waited for, with the machine's load and how late the polling ran,
-// when the context ends first.
-func TestWaitFor(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	r := &fatalRecorder{TB: t}
-	n := 0
-	tenuretest.WaitFor(ctx, r, "three checks", func() bool { n++; return n == 3 })
-	if r.fatal != "" || n != 3 {
-		t.Fatalf("after %d checks: failed with %q", n, r.fatal)
-	}
-
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	tenuretest.WaitFor(short, r, "nothing", func() bool { return false })
-	for _, want := range []string{"waiting for nothing: context deadline exceeded (machine: ", "CPUs, slow factor", "polling ran up to"} {
-		if !strings.Contains(r.fatal, want) {
-			t.Fatalf("failed with %q, want it to say %q", r.fatal, want)
-		}
 	}
 }
 

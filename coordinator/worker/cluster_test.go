@@ -26,7 +26,7 @@ func runFaults(t *testing.T, ctx context.Context, b backend, parts, batch int) f
 	t.Helper()
 	l := newEventLog(t, ctx, b, parts, batch, 16)
 	cs := startConsumers(t, ctx, l, 3, worker.Config{Logger: testLogger(t), MaxConcurrent: 8, PollInterval: 10 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond})
-	cl := cs.cl
+	cl := cs.Cl
 	t0 := time.Now()
 	step := func(what string, err error) {
 		t.Helper()
@@ -40,19 +40,19 @@ func runFaults(t *testing.T, ctx context.Context, b backend, parts, batch int) f
 	step("consumed", nil)
 
 	// Pause node-2, its handler frozen with batches read but not committed.
-	h := cs.holds["node-2"]
-	h.freeze()
+	h := cs.Holds["node-2"]
+	h.Freeze()
 	step("pause", cl.Pause("node-2"))
 	step("produce", l.produce(ctx, 10))
-	tenuretest.WaitFor(ctx, t, "a batch in hand on the paused node", func() bool { return h.blocked.Load() >= 1 })
+	tenuretest.WaitFor(ctx, t, "a batch in hand on the paused node", func() bool { return h.Blocked.Load() >= 1 })
 	step("fail over", cl.WaitConverged(ctx, "node-0", "node-1"))
 	l.waitConsumed(ctx, t)
 	step("consumed", nil)
 	var fc faultCounts
-	rt2 := cs.rt("node-2")
+	rt2 := cs.RT("node-2")
 	before := rt2.Stats().Stale
-	fc.blocked = h.blocked.Load()
-	h.thaw() // the batches in hand commit under the old leases
+	fc.blocked = h.Blocked.Load()
+	h.Thaw() // the batches in hand commit under the old leases
 	tenuretest.WaitFor(ctx, t, "the paused node's commits refused", func() bool {
 		return rt2.Stats().Stale-before >= int64(fc.blocked)
 	})
@@ -74,7 +74,7 @@ func runFaults(t *testing.T, ctx context.Context, b backend, parts, batch int) f
 	step("produce", l.produce(ctx, 10))
 
 	// A graceful leave while events flow.
-	rt0 := cs.rt("node-0")
+	rt0 := cs.RT("node-0")
 	step("leave", cl.Leave(ctx, "node-0"))
 	fc.leaverStale = rt0.Stats().Stale
 	step("produce", l.produce(ctx, 10))

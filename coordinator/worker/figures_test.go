@@ -31,7 +31,7 @@ func TestFigures(t *testing.T) {
 		l.unfenced = unfenced
 		cs := startConsumers(t, ctx, l, 3, worker.Config{MaxConcurrent: 8, PollInterval: 5 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond})
 		defer l.db.Close() // its connections, before the next run's
-		defer cs.close()   // the nodes stop polling before the next run
+		defer cs.Close()   // the nodes stop polling before the next run
 		const perPartition = 200
 		if err := l.produce(ctx, perPartition); err != nil {
 			t.Fatal(err)

@@ -3,14 +3,12 @@ package worker_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 
-	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/coordinator/worker"
+	"github.com/tenure-go/tenure/coordinator/worker/internal/consumertest"
 	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
@@ -96,43 +94,9 @@ func (l *eventLog) produce(ctx context.Context, n int) error {
 	return tx.Commit()
 }
 
-// hold blocks a node's batches after they are read and before they are
-// committed while it is frozen: the handler side of a paused process.
-type hold struct {
-	mu      sync.Mutex
-	frozen  chan struct{} // nil: not frozen
-	blocked atomic.Int32  // batches waiting now
-}
-
-func (h *hold) freeze() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.frozen = make(chan struct{})
-}
-
-func (h *hold) thaw() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.frozen != nil {
-		close(h.frozen)
-		h.frozen = nil
-	}
-}
-
-func (h *hold) wait() {
-	h.mu.Lock()
-	ch := h.frozen
-	h.mu.Unlock()
-	if ch != nil {
-		h.blocked.Add(1)
-		<-ch // not the batch's ctx: a stopped process does not notice either
-		h.blocked.Add(-1)
-	}
-}
-
 // process is the user's Func: read a batch from the committed offset,
 // commit its applications and the new offset under the fence.
-func (l *eventLog) process(h *hold) worker.Func {
+func (l *eventLog) process(h *consumertest.Hold) worker.Func {
 	return func(ctx context.Context, lease *ownership.Lease) (int, error) {
 		p := lease.Partition()
 		from, err := l.offsets.Get(ctx, l.db, p)
@@ -144,7 +108,7 @@ func (l *eventLog) process(h *hold) worker.Func {
 			return 0, err
 		}
 		if h != nil {
-			h.wait()
+			h.Wait()
 		}
 		tok := lease.Token()
 		apply := func(tx sqlfence.Tx) error {
@@ -189,65 +153,15 @@ func (l *eventLog) check(ctx context.Context, t *testing.T) worker.Report {
 	return worker.Check(produced, applied)
 }
 
-// consumers is a tenuretest cluster whose nodes run a Runtime each.
-type consumers struct {
-	cl    *tenuretest.Cluster
-	mu    sync.Mutex
-	rts   map[string]*worker.Runtime // the latest of each node
-	all   []*worker.Runtime          // every one, to close
-	holds map[string]*hold
-}
-
-func startConsumers(t *testing.T, ctx context.Context, l *eventLog, nodes int, cfg worker.Config) *consumers {
+// startConsumers starts nodes consumers of l, each a Runtime of cfg
+// processing l, its batches waiting at the node's Hold.
+func startConsumers(t *testing.T, ctx context.Context, l *eventLog, nodes int, cfg worker.Config) *consumertest.Consumers {
 	t.Helper()
-	cs := &consumers{rts: map[string]*worker.Runtime{}, holds: map[string]*hold{}}
-	for i := range nodes {
-		cs.holds[fmt.Sprintf("node-%d", i)] = &hold{}
-	}
-	cl, err := tenuretest.Start(ctx, tenuretest.Config{
-		Nodes:      nodes,
-		Partitions: l.parts,
-		Fence:      l.fence,
-		Handler: func(name string) coordinator.Handler {
-			c := cfg
-			c.Process = l.process(cs.holds[name])
-			rt, err := worker.New(c)
-			if err != nil {
-				panic(err) // a test bug: cfg is the test's
-			}
-			cs.mu.Lock()
-			defer cs.mu.Unlock()
-			cs.rts[name] = rt
-			cs.all = append(cs.all, rt)
-			return rt
-		},
-		Bind: func(name string, c *coordinator.Coordinator) { cs.rt(name).Bind(c) },
+	return consumertest.Start(t, ctx, tenuretest.Config{Nodes: nodes, Partitions: l.parts, Fence: l.fence}, func(h *consumertest.Hold) (*worker.Runtime, error) {
+		c := cfg
+		c.Process = l.process(h)
+		return worker.New(c)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs.cl = cl
-	t.Cleanup(cs.close)
-	return cs
-}
-
-func (cs *consumers) rt(name string) *worker.Runtime {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	return cs.rts[name]
-}
-
-func (cs *consumers) close() {
-	for _, h := range cs.holds {
-		h.thaw()
-	}
-	cs.cl.Close()
-	cs.mu.Lock()
-	all := cs.all
-	cs.mu.Unlock()
-	for _, rt := range all {
-		rt.Close()
-	}
 }
 
 // commitUnfenced is Offsets.Commit without the fence: the baseline.

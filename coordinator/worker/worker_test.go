@@ -12,15 +12,9 @@ import (
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/coordinator/worker"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 )
-
-func testContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // newRuntime returns a Runtime for cfg on a Fake, both closed when the
 // test ends.
@@ -67,7 +61,7 @@ func (s *stops) of(p uint32) []error {
 // A planned release lets the batch in hand finish with its context live,
 // and Release waits for it; Stop is told nil.
 func TestReleaseDrainsTheBatchInHand(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 2*time.Minute)
 	entered, gate := make(chan struct{}, 1), make(chan struct{})
 	var openGate sync.Once
 	var calls, cancelled atomic.Int32
@@ -116,7 +110,7 @@ func TestReleaseDrainsTheBatchInHand(t *testing.T) {
 
 // A lost lease cancels the batch in hand; Stop is told the lease's cause.
 func TestLostLeaseCancelsTheBatch(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 2*time.Minute)
 	entered := make(chan struct{}, 1)
 	var st stops
 	rt, fake := newRuntime(t, worker.Config{
@@ -166,7 +160,7 @@ func (r *reporter) count() int {
 // A commit the fence refused is reported to the coordinator once, and the
 // worker stops without another batch.
 func TestStaleCommitReportedAndStops(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 2*time.Minute)
 	var calls atomic.Int32
 	var st stops
 	var rep reporter
@@ -247,7 +241,7 @@ func (c *manualClock) waits() []time.Duration {
 // MaxPollInterval, and no call before the clock says so; a batch of
 // events resets the back-off.
 func TestIdleBackoff(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 2*time.Minute)
 	clock := &manualClock{}
 	var calls atomic.Int32
 	events := make(chan int, 1)
@@ -292,7 +286,7 @@ func TestIdleBackoff(t *testing.T) {
 
 // MaxConcurrent bounds the batches in progress across partitions.
 func TestMaxConcurrent(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 2*time.Minute)
 	var inflight, peak, calls atomic.Int32
 	gate := make(chan struct{})
 	_, fake := newRuntime(t, worker.Config{
@@ -330,7 +324,7 @@ func TestMaxConcurrent(t *testing.T) {
 // Close cancels every worker and waits for them; Acquire after Close
 // fails.
 func TestCloseStopsWorkers(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 2*time.Minute)
 	var st stops
 	rt, err := worker.New(worker.Config{Stop: st.stop, Process: func(ctx context.Context, l *ownership.Lease) (int, error) {
 		<-ctx.Done()
@@ -366,7 +360,7 @@ func TestCloseStopsWorkers(t *testing.T) {
 // binding: a stale commit ends the lease; it does not panic the worker's
 // goroutine, which would crash the program.
 func TestBindNilReporter(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 2*time.Minute)
 	for i, rep := range []worker.Reporter{nil, (*coordinator.Coordinator)(nil)} {
 		rt, fake := newRuntime(t, worker.Config{Process: func(ctx context.Context, l *ownership.Lease) (int, error) {
 			return 0, &ownership.StaleTokenError{Token: l.Token()}
@@ -390,7 +384,7 @@ func TestBindNilReporter(t *testing.T) {
 // (Before, the panic ended the program: a batch that panics on every
 // node would have taken the cluster down one node at a time.)
 func TestProcessPanicIsAFailedBatch(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 2*time.Minute)
 	var calls atomic.Int32
 	done := make(chan struct{})
 	rt, fake := newRuntime(t, worker.Config{
@@ -424,7 +418,7 @@ func TestProcessPanicIsAFailedBatch(t *testing.T) {
 // error instead of panicking on the coordinator's goroutine; its other
 // methods do nothing.
 func TestZeroRuntime(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 2*time.Minute)
 	var rt worker.Runtime
 	fake, err := tenuretest.NewFake(tenuretest.FakeConfig{Handler: &rt})
 	if err != nil {
@@ -447,7 +441,7 @@ func TestZeroRuntime(t *testing.T) {
 // Now a Close during Start gets its Stop (coordinator.ErrClosed) and an
 // Acquire after Close calls neither.
 func TestNoStartWithoutStop(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 2*time.Minute)
 	inStart, proceed := make(chan struct{}), make(chan struct{})
 	var starts atomic.Int32
 	var st stops

@@ -1,7 +1,6 @@
 package testdb_test
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"runtime"
@@ -12,22 +11,17 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tenure-go/tenure/internal/testdb"
+	"github.com/tenure-go/tenure/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func TestSQLite(t *testing.T) {
 	for _, c := range []struct {
 		open func(testing.TB, string) *sql.DB
 		sync int // PRAGMA synchronous: 1 NORMAL, 2 FULL
 	}{{testdb.SQLite, 1}, {testdb.SQLiteDurable, 2}} {
-		ctx := testCtx(t)
+		ctx := testkit.Ctx(t, 30*time.Second)
 		db := c.open(t, "x.db")
 		var mode string
 		var sync, busy int
@@ -49,7 +43,7 @@ func TestSQLite(t *testing.T) {
 // TestPostgresSchema: each call gets a schema of its own, every connection
 // of a handle uses it, and it is gone when the test ends.
 func TestPostgresSchema(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 30*time.Second)
 	var schemas []string
 	t.Run("own", func(t *testing.T) {
 		a, b := testdb.Postgres(t), testdb.Postgres(t)
@@ -115,7 +109,7 @@ func TestPostgresSchemaDSN(t *testing.T) {
 			if got, source := testdb.PostgresDSN(); got != dsn || source != "TENURE_POSTGRES_DSN" {
 				t.Fatalf("PostgresDSN() = %q, %q", got, source)
 			}
-			ctx := testCtx(t)
+			ctx := testkit.Ctx(t, 30*time.Second)
 			db, err := sql.Open("pgx", testdb.PostgresSchemaDSN(t))
 			if err != nil {
 				t.Fatal(err)

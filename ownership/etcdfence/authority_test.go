@@ -5,9 +5,12 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/etcdfence"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 )
 
 // TestAuthorityUsageErrors: the etcd authority is strict, and a claim by
@@ -18,7 +21,7 @@ import (
 func TestAuthorityUsageErrors(t *testing.T) {
 	_, f, _ := setup(t, etcdfence.Config{})
 	a := f.Authority()
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if !a.Strict() {
 		t.Fatal("the etcd authority is not strict")
 	}
@@ -33,8 +36,8 @@ func TestAuthorityUsageErrors(t *testing.T) {
 	}{
 		{ownership.Node{}, tc},
 		{ownership.Node{Name: strings.Repeat("x", 256)}, tc},
-		{na, tok(8, 3, "a", 1<<63)},
-		{na, tok(9, math.MaxUint64, "b", 5)},
+		{na, fencetest.Tok(8, 3, "a", 1<<63)},
+		{na, fencetest.Tok(9, math.MaxUint64, "b", 5)},
 	} {
 		if got, err := a.Claim(ctx, 9, bad.n, bad.seen); err == nil || errors.Is(err, ownership.ErrConflict) {
 			t.Fatalf("Claim(%v, %v) = %v, %v; want a usage error", bad.n, bad.seen, got, err)

@@ -12,8 +12,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/etcdfence"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 )
 
 // txBench writes one key per transaction, with or without the fence.
@@ -26,7 +28,7 @@ type txBench struct {
 
 func newTxBench(tb testing.TB) *txBench {
 	c, f, data := setup(tb, etcdfence.Config{})
-	x := &txBench{c: c, f: f, data: data, tok: tok(1, 1, "bench", 1)}
+	x := &txBench{c: c, f: f, data: data, tok: fencetest.Tok(1, 1, "bench", 1)}
 	mustFence(tb, f, x.tok)
 	return x
 }
@@ -75,7 +77,7 @@ func BenchmarkFencedTxn(b *testing.B) { benchTx(b, true) }
 func TestFigures(t *testing.T) {
 	const warmup, pairs = 50, 400
 	x := newTxBench(t)
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	var took [2][]time.Duration
 	for i := range warmup + pairs {
 		for j := range 2 {

@@ -15,6 +15,7 @@ import (
 	"github.com/tenure-go/tenure/internal/chaos"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/etcdfence"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ring"
 	"github.com/tenure-go/tenure/transport/faultnet"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -405,9 +406,9 @@ func checkS4(claims []claimRec) []string {
 // real-time order, and a gap.
 func TestCheckS4Fires(t *testing.T) {
 	c := func(epoch uint64, owner string, start, end int64) claimRec {
-		return claimRec{tok: tok(1, epoch, owner, 1), start: start, end: end}
+		return claimRec{tok: fencetest.Tok(1, epoch, owner, 1), start: start, end: end}
 	}
-	if v := checkS4([]claimRec{c(1, "a", 0, 1), c(2, "b", 2, 3), {tok: tok(1, 3, "c", 1), start: 4, end: 5, unknown: true}}); len(v) != 0 {
+	if v := checkS4([]claimRec{c(1, "a", 0, 1), c(2, "b", 2, 3), {tok: fencetest.Tok(1, 3, "c", 1), start: 4, end: 5, unknown: true}}); len(v) != 0 {
 		t.Fatalf("a good history flagged: %v", v)
 	}
 	for _, bad := range [][]claimRec{

@@ -8,11 +8,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/etcdfence"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 )
 
 // TestConcurrentWriters runs many writers against one partition, with
@@ -39,10 +42,10 @@ func runConcurrentWriters(t *testing.T, mode ownership.Mode) {
 		part     = 5
 	)
 	c, f, data := setup(t, etcdfence.Config{})
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	toks := make([]ownership.Token, numToken)
 	for i := range toks {
-		toks[i] = tok(part, uint64(i/2+1), string(rune('a'+i%2)), uint64(i))
+		toks[i] = fencetest.Tok(part, uint64(i/2+1), string(rune('a'+i%2)), uint64(i))
 	}
 	mustFence(t, f, toks[0])
 

@@ -4,19 +4,22 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/etcdfence"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 )
 
 // TestDoOwnCompares: the caller's own conditions go in a nested
 // transaction, which runs only under the fence.
 func TestDoOwnCompares(t *testing.T) {
 	c, f, data := setup(t, etcdfence.Config{})
-	ctx := testContext(t)
-	t1 := tok(2, 1, "a", 1)
+	ctx := testkit.Ctx(t, 60*time.Second)
+	t1 := fencetest.Tok(2, 1, "a", 1)
 	mustFence(t, f, t1)
 	cas := func(tk ownership.Token, old, v string) (bool, error) {
 		resp, err := f.Do(ctx, tk, ownership.Exact, clientv3.OpTxn(
@@ -36,7 +39,7 @@ func TestDoOwnCompares(t *testing.T) {
 	if ok, err := cas(t1, "a", "c"); ok || err != nil {
 		t.Fatalf("cas a->c after a->b = %v, %v; want false", ok, err)
 	}
-	mustFence(t, f, tok(2, 2, "b", 2))
+	mustFence(t, f, fencetest.Tok(2, 2, "b", 2))
 	if _, err := cas(t1, "b", "stale"); !errors.Is(err, ownership.ErrStaleToken) {
 		t.Fatalf("cas under a stale token = %v", err)
 	}
@@ -51,8 +54,8 @@ func TestDoOwnCompares(t *testing.T) {
 // in.
 func TestDoRefusesMarkWrites(t *testing.T) {
 	c, f, data := setup(t, etcdfence.Config{})
-	ctx := testContext(t)
-	t1 := tok(1, 1, "a", 1)
+	ctx := testkit.Ctx(t, 60*time.Second)
+	t1 := fencetest.Tok(1, 1, "a", 1)
 	mustFence(t, f, t1)
 	fk := f.Prefix() + "p/1"
 	before := strings.TrimSuffix(f.Prefix(), "/")
@@ -88,7 +91,7 @@ func TestDoRefusesMarkWrites(t *testing.T) {
 
 func TestUsageErrors(t *testing.T) {
 	c, f, _ := setup(t, etcdfence.Config{})
-	ctx := testContext(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if _, err := etcdfence.New(nil, etcdfence.Config{}); err == nil {
 		t.Error("New with a nil KV succeeded")
 	}
@@ -98,7 +101,7 @@ func TestUsageErrors(t *testing.T) {
 	if f2, err := etcdfence.New(c, etcdfence.Config{}); err != nil || f2.Prefix() != etcdfence.DefaultPrefix {
 		t.Errorf("default prefix = %q, %v", f2.Prefix(), err)
 	}
-	for _, bad := range []ownership.Token{{}, tok(1, 0, "a", 1), tok(1, 1, strings.Repeat("x", 256), 1)} {
+	for _, bad := range []ownership.Token{{}, fencetest.Tok(1, 0, "a", 1), fencetest.Tok(1, 1, strings.Repeat("x", 256), 1)} {
 		if _, err := f.Fence(ctx, bad); err == nil {
 			t.Errorf("Fence(%v) succeeded", bad)
 		}
@@ -106,7 +109,7 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("Do(%v) succeeded", bad)
 		}
 	}
-	if _, err := f.Do(ctx, tok(1, 1, "a", 1), ownership.Mode(9)); err == nil {
+	if _, err := f.Do(ctx, fencetest.Tok(1, 1, "a", 1), ownership.Mode(9)); err == nil {
 		t.Error("Do with an unknown mode succeeded")
 	}
 	if cur, _ := f.Current(ctx, 1); !cur.IsZero() {
@@ -119,7 +122,7 @@ func TestUsageErrors(t *testing.T) {
 	if _, err := f.Current(ctx, 5); !errors.Is(err, ownership.ErrMalformedToken) {
 		t.Errorf("Current of a corrupt mark = %v", err)
 	}
-	if _, err := f.Do(ctx, tok(5, 1, "a", 1), ownership.Monotonic); !errors.Is(err, ownership.ErrMalformedToken) {
+	if _, err := f.Do(ctx, fencetest.Tok(5, 1, "a", 1), ownership.Monotonic); !errors.Is(err, ownership.ErrMalformedToken) {
 		t.Errorf("Do over a corrupt mark = %v", err)
 	}
 }
@@ -130,8 +133,8 @@ func TestUsageErrors(t *testing.T) {
 // suite, TestContract.)
 func TestDoRefusedLeavesTheMark(t *testing.T) {
 	_, f, data := setup(t, etcdfence.Config{})
-	ctx := testContext(t)
-	t2, t3 := tok(4, 2, "b", 2), tok(4, 3, "c", 3)
+	ctx := testkit.Ctx(t, 60*time.Second)
+	t2, t3 := fencetest.Tok(4, 2, "b", 2), fencetest.Tok(4, 3, "c", 3)
 	mustFence(t, f, t2)
 	if _, err := f.Do(ctx, t3, ownership.Monotonic, clientv3.OpPut(data+"k", "x"), clientv3.OpPut(data+"k", "y")); err == nil || errors.Is(err, ownership.ErrOutcomeUnknown) {
 		t.Fatalf("Do with a put twice = %v, want etcd's refusal", err)

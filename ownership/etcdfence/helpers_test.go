@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/etcdfence"
 )
@@ -80,19 +81,9 @@ func setup(t testing.TB, cfg etcdfence.Config) (*clientv3.Client, *etcdfence.Fen
 	return c, f, prefix + "data/"
 }
 
-func testContext(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func tok(p uint32, epoch uint64, owner string, inc uint64) ownership.Token {
-	return ownership.Token{Partition: p, Epoch: epoch, Owner: owner, Incarnation: inc}
-}
-
 func mustFence(t testing.TB, f *etcdfence.Fence, tk ownership.Token) {
 	t.Helper()
-	if got, err := f.Fence(testContext(t), tk); err != nil || !got.Same(tk) {
+	if got, err := f.Fence(testkit.Ctx(t, 60*time.Second), tk); err != nil || !got.Same(tk) {
 		t.Fatalf("Fence(%v) = %v, %v", tk, got, err)
 	}
 }
@@ -100,7 +91,7 @@ func mustFence(t testing.TB, f *etcdfence.Fence, tk ownership.Token) {
 // get returns the value of key, "" if it does not exist.
 func get(t testing.TB, c *clientv3.Client, key string) string {
 	t.Helper()
-	resp, err := c.Get(testContext(t), key)
+	resp, err := c.Get(testkit.Ctx(t, 60*time.Second), key)
 	if err != nil {
 		t.Fatalf("get %s: %v", key, err)
 	}

@@ -7,12 +7,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 )
 
 func TestGossipAuthorityClaim(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	reg, _ := NewRegister(4)
 	a, err := NewAuthority(reg, nil)
 	if err != nil {
@@ -52,7 +54,7 @@ func TestGossipAuthorityClaim(t *testing.T) {
 }
 
 func TestGossipAuthorityBadInput(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	reg, _ := NewRegister(4)
 	a, _ := NewAuthority(reg, nil)
 	n := ownership.Node{Name: "n", Incarnation: 1}
@@ -85,7 +87,7 @@ func TestGossipAuthorityBadInput(t *testing.T) {
 }
 
 func TestGossipAuthoritySigns(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	k, _ := ownership.NewKeyring(macTestKey(5))
 	reg, _ := NewRegister(1)
 	a, _ := NewAuthority(reg, k)
@@ -108,7 +110,7 @@ func TestGossipAuthoritySigns(t *testing.T) {
 
 // Concurrent claims on one authority get distinct, dense epochs.
 func TestGossipAuthorityConcurrent(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	const goroutines, each = 8, 200
 	reg, _ := NewRegister(2)
 	a, _ := NewAuthority(reg, nil)

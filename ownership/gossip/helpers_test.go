@@ -2,23 +2,15 @@ package gossip
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"math"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tenure-go/tenure/ownership"
 )
 
 func macTestKey(b byte) ownership.Key { return bytes.Repeat([]byte{b}, 32) }
-
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func memTok(p uint32, epoch uint64, owner string) ownership.Token {
 	return ownership.Token{Partition: p, Epoch: epoch, Owner: owner, Incarnation: epoch * 7}

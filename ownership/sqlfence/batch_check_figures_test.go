@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/testdb"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -64,8 +66,7 @@ func batchCheckFigures(t *testing.T) {
 	db.SetMaxOpenConns(2 * flushers) // the flushers' own, and DoConn's
 	db.SetMaxIdleConns(2 * flushers)
 	f, table := newFenceTable(t, db, sqlfence.Postgres(), sqlfence.Config{})
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE batch_check_kv (k TEXT PRIMARY KEY, v BIGINT NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func batchCheckFigures(t *testing.T) {
 	toks := make([]ownership.Token, flushers)
 	conns := make([]*sql.Conn, flushers)
 	for p := range flushers {
-		toks[p] = tok(uint32(p), 1, "bench", 1)
+		toks[p] = fencetest.Tok(uint32(p), 1, "bench", 1)
 		if _, err := f.Fence(ctx, toks[p]); err != nil {
 			t.Fatal(err)
 		}

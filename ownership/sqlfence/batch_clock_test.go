@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -50,11 +52,10 @@ func (c *stepClock) advance(d time.Duration) {
 // (Before Clock, the Batcher used time.Now and real timers, and the write
 // below waited a real hour.)
 func TestBatcherMaxWaitFollowsTheClock(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	clock := &stepClock{now: time.Unix(1e9, 0)}
 	r := newBatchRig(t, backends()[0], sqlfence.BatchConfig{MaxWait: time.Hour, Clock: clock})
-	tk := tok(1, 1, "a", 1)
+	tk := fencetest.Tok(1, 1, "a", 1)
 	fenced(t, r.f, tk)
 	if _, _, err := r.b.Do(ctx, tk, "", r.insert(1)); err != nil {
 		t.Fatalf("a lone write: %v", err)

@@ -18,7 +18,9 @@ import (
 
 	"github.com/tenure-go/tenure/internal/netdelay"
 	"github.com/tenure-go/tenure/internal/testdb"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -82,8 +84,7 @@ func TestBatcherLostCommitAnswerIsUnknownForAll(t *testing.T) {
 	for _, be := range []backend{backends()[1], mariadb} {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			direct := be.open(t)
 			reqs := newRequests(t, direct, be.dialect, nil)
 			f, fenceT := newFenceTable(t, direct, be.dialect, sqlfence.Config{})
@@ -112,7 +113,7 @@ func TestBatcherLostCommitAnswerIsUnknownForAll(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer retry.Close()
-			tk := tok(1, 1, "a", 1)
+			tk := fencetest.Tok(1, 1, "a", 1)
 			fenced(t, r.f, tk)
 
 			release, first := r.hold(t, ctx, tk, 0)

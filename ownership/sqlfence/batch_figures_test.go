@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -26,7 +27,7 @@ func batchFigures(t *testing.T) {
 		if _, err := db.ExecContext(ctx, `CREATE TABLE "`+table+`" (k BIGINT PRIMARY KEY, v BIGINT NOT NULL)`); err != nil {
 			t.Fatal(err)
 		}
-		tk := tok(1, 1, "a", 1)
+		tk := fencetest.Tok(1, 1, "a", 1)
 		if _, err := f.Fence(ctx, tk); err != nil {
 			t.Fatal(err)
 		}

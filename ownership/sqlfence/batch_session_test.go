@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -24,10 +26,9 @@ func TestBatcherSessionEndedRefusesTheBatch(t *testing.T) {
 	be := backends()[1]
 	for _, iso := range isolations {
 		t.Run(iso.name, func(t *testing.T) {
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			r := newBatchRig(t, be, sqlfence.BatchConfig{Savepoints: iso.savepoints})
-			old, next := tok(1, 1, "a", 1), tok(1, 2, "b", 1)
+			old, next := fencetest.Tok(1, 1, "a", 1), fencetest.Tok(1, 2, "b", 1)
 			fenced(t, r.f, old)
 			release, first := r.hold(t, ctx, old, 0)
 			a := r.async(ctx, old, "", r.insert(1))
@@ -54,7 +55,7 @@ func TestBatcherSessionEndedRefusesTheBatch(t *testing.T) {
 					t.Errorf("write %d of a batch whose session ended: %v; want ErrSessionEnded", i, o.err)
 					continue
 				}
-				wantStale(t, o.err, next)
+				fencetest.WantStale(t, o.err, next)
 			}
 			if got := fmt.Sprint(r.rows(t)); got != "[0]" {
 				t.Fatalf("rows %s; want [0]", got)
@@ -70,10 +71,9 @@ func TestBatcherSessionEndedRefusesTheBatch(t *testing.T) {
 // queue takes 1024 writes (the next one waits for room, here until its
 // context ends: ErrQueueFull), and a batch carries at most 32.
 func TestBatcherZeroConfigDefaults(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	r := newBatchRig(t, backends()[0], sqlfence.BatchConfig{})
-	tk := tok(1, 1, "a", 1)
+	tk := fencetest.Tok(1, 1, "a", 1)
 	fenced(t, r.f, tk)
 	release, first := r.hold(t, ctx, tk, 0)
 	const queueLen, maxWrites = 1024, 32
@@ -109,12 +109,11 @@ func TestBatcherZeroConfigDefaults(t *testing.T) {
 // leaves no goroutine behind. Not parallel, so that no other test's
 // flushers run meanwhile.
 func TestBatcherIdleFlushersEnd(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	r := newBatchRig(t, backends()[0], sqlfence.BatchConfig{MaxWait: time.Millisecond})
 	const partitions = 20
 	for p := range uint32(partitions) {
-		tk := tok(p, 1, "a", 1)
+		tk := fencetest.Tok(p, 1, "a", 1)
 		fenced(t, r.f, tk)
 		if _, _, err := r.b.Do(ctx, tk, "", r.insert(int(p))); err != nil {
 			t.Fatal(err)
@@ -123,7 +122,7 @@ func TestBatcherIdleFlushersEnd(t *testing.T) {
 	if n := len(r.infos()); n != partitions {
 		t.Fatalf("%d batches; want %d", n, partitions)
 	}
-	pollUntil(t, "the idle partitions' flushers to end", func() bool { return flushers() == 0 })
+	testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, "the idle partitions' flushers to end", func() bool { return flushers() == 0 })
 }
 
 // flushers counts the goroutines running a Batcher's flusher.
@@ -142,10 +141,9 @@ func flushers() int {
 // Close, Cancel and Queued do nothing; none panics. (Before, Do panicked
 // on a nil map and Close on a nil channel.)
 func TestZeroBatcher(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	var b sqlfence.Batcher
-	tk := tok(1, 1, "a", 1)
+	tk := fencetest.Tok(1, 1, "a", 1)
 	noPanic := func(what string, f func()) {
 		defer func() {
 			if r := recover(); r != nil {

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -36,8 +38,7 @@ func newBatchRig(t *testing.T, be backend, cfg sqlfence.BatchConfig) *batchRig {
 
 func newBatchRigOn(t *testing.T, db *sql.DB, be backend, cfg sqlfence.BatchConfig) *batchRig {
 	t.Helper()
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	r := &batchRig{db: db, mysql: be.dialect.String() == "mysql", f: newFence(t, db, be.dialect), table: uniqueName(t, db, "data")}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE "`+r.table+`" (id BIGINT PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
@@ -75,8 +76,7 @@ func (r *batchRig) bind(query string) string {
 // rows returns the ids in the data table, in order.
 func (r *batchRig) rows(t *testing.T) []int {
 	t.Helper()
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	rs, err := r.db.QueryContext(ctx, `SELECT id FROM "`+r.table+`" ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func (r *batchRig) hold(t *testing.T, ctx context.Context, tk ownership.Token, i
 // queued waits until n writes of partition p are queued.
 func (r *batchRig) queued(t *testing.T, p uint32, n int) {
 	t.Helper()
-	pollUntil(t, fmt.Sprintf("%d writes queued", n), func() bool { return r.b.Queued(p) == n })
+	testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, fmt.Sprintf("%d writes queued", n), func() bool { return r.b.Queued(p) == n })
 }
 
 func get(t *testing.T, ch <-chan outcome) outcome {
@@ -163,8 +163,7 @@ func get(t *testing.T, ch <-chan outcome) outcome {
 
 func fenced(t *testing.T, f *sqlfence.Fence, tk ownership.Token) {
 	t.Helper()
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if _, err := f.Fence(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
@@ -184,10 +183,9 @@ func TestBatcherAppliesEveryWrite(t *testing.T) {
 		for _, iso := range isolations {
 			t.Run(be.name+"/"+iso.name, func(t *testing.T) {
 				t.Parallel()
-				ctx, cancel := testContext(t)
-				defer cancel()
+				ctx := testkit.Ctx(t, 60*time.Second)
 				r := newBatchRig(t, be, sqlfence.BatchConfig{MaxWrites: 8, Savepoints: iso.savepoints})
-				tk := tok(3, 1, "a", 1)
+				tk := fencetest.Tok(3, 1, "a", 1)
 				fenced(t, r.f, tk)
 				const writers, each = 12, 10
 				var wg sync.WaitGroup
@@ -233,10 +231,9 @@ func TestBatcherWriteErrorFailsOnlyItself(t *testing.T) {
 		for _, iso := range isolations {
 			t.Run(be.name+"/"+iso.name, func(t *testing.T) {
 				t.Parallel()
-				ctx, cancel := testContext(t)
-				defer cancel()
+				ctx := testkit.Ctx(t, 60*time.Second)
 				r := newBatchRig(t, be, sqlfence.BatchConfig{Savepoints: iso.savepoints})
-				tk := tok(1, 1, "a", 1)
+				tk := fencetest.Tok(1, 1, "a", 1)
 				fenced(t, r.f, tk)
 				release, first := r.hold(t, ctx, tk, 0)
 				a := r.async(ctx, tk, "", r.insert(1))
@@ -286,10 +283,9 @@ func TestBatcherRefusesStaleBatches(t *testing.T) {
 	for _, be := range withMariaDB() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			r := newBatchRig(t, be, sqlfence.BatchConfig{})
-			e1, e2 := tok(1, 1, "a", 1), tok(1, 2, "b", 1)
+			e1, e2 := fencetest.Tok(1, 1, "a", 1), fencetest.Tok(1, 2, "b", 1)
 			fenced(t, r.f, e2)
 			// Under e2 (the mark) a batch is formed behind a holder; a
 			// write under e1 queued in its middle must not ride in it.
@@ -306,7 +302,7 @@ func TestBatcherRefusesStaleBatches(t *testing.T) {
 					t.Fatal(o.err)
 				}
 			}
-			wantStale(t, get(t, stale).err, e2)
+			fencetest.WantStale(t, get(t, stale).err, e2)
 			// A whole batch under e1.
 			var chs []<-chan outcome
 			release, first = r.hold(t, ctx, e2, 10)
@@ -319,7 +315,7 @@ func TestBatcherRefusesStaleBatches(t *testing.T) {
 				t.Fatal(o.err)
 			}
 			for _, ch := range chs {
-				wantStale(t, get(t, ch).err, e2)
+				fencetest.WantStale(t, get(t, ch).err, e2)
 			}
 			if got := fmt.Sprint(r.rows(t)); got != "[0 1 3 10]" {
 				t.Fatalf("rows %s; want [0 1 3 10]", got)
@@ -336,8 +332,7 @@ func TestBatcherCommitErrorIsOutcomeUnknownForAll(t *testing.T) {
 	for _, be := range backends() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			db := be.open(t)
 			if be.name == "sqlite" {
 				var err error
@@ -353,7 +348,7 @@ func TestBatcherCommitErrorIsOutcomeUnknownForAll(t *testing.T) {
 			if _, err := db.ExecContext(ctx, `CREATE TABLE "`+child+`" (id BIGINT REFERENCES "`+r.table+`" (id) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
 				t.Fatal(err)
 			}
-			tk := tok(1, 1, "a", 1)
+			tk := fencetest.Tok(1, 1, "a", 1)
 			fenced(t, r.f, tk)
 			release, first := r.hold(t, ctx, tk, 0)
 			var chs []<-chan outcome
@@ -388,12 +383,11 @@ func TestBatcherRequestsExactlyOnce(t *testing.T) {
 		for _, iso := range isolations {
 			t.Run(be.name+"/"+iso.name, func(t *testing.T) {
 				t.Parallel()
-				ctx, cancel := testContext(t)
-				defer cancel()
+				ctx := testkit.Ctx(t, 60*time.Second)
 				db := be.open(t)
 				reqs := newRequests(t, db, be.dialect, nil)
 				r := newBatchRigOn(t, db, be, sqlfence.BatchConfig{Requests: reqs, Savepoints: iso.savepoints})
-				tk := tok(1, 1, "a", 1)
+				tk := fencetest.Tok(1, 1, "a", 1)
 				fenced(t, r.f, tk)
 				release, first := r.hold(t, ctx, tk, 0)
 				type w struct {
@@ -440,16 +434,15 @@ func TestBatcherWhenBatchesGo(t *testing.T) {
 	for _, be := range withMariaDB() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			r := newBatchRig(t, be, sqlfence.BatchConfig{MaxWait: time.Hour, MaxWrites: 3})
-			tk, tk3 := tok(1, 1, "a", 1), tok(3, 1, "a", 1)
-			for _, x := range []ownership.Token{tk, tok(2, 1, "a", 1), tk3} {
+			tk, tk3 := fencetest.Tok(1, 1, "a", 1), fencetest.Tok(3, 1, "a", 1)
+			for _, x := range []ownership.Token{tk, fencetest.Tok(2, 1, "a", 1), tk3} {
 				fenced(t, r.f, x)
 			}
 			lone, lcancel := context.WithTimeout(ctx, 10*time.Second)
 			defer lcancel()
-			if _, _, err := r.b.Do(lone, tok(2, 1, "a", 1), "", r.insert(100)); err != nil {
+			if _, _, err := r.b.Do(lone, fencetest.Tok(2, 1, "a", 1), "", r.insert(100)); err != nil {
 				t.Fatalf("a lone write: %v; want it committed without waiting for MaxWait", err)
 			}
 			// MaxWrites queued: they go at once.
@@ -507,10 +500,9 @@ func TestBatcherPushesBackAndCancels(t *testing.T) {
 	for _, be := range withMariaDB() {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			r := newBatchRig(t, be, sqlfence.BatchConfig{QueueLen: 2, MaxWait: time.Hour})
-			tk := tok(1, 1, "a", 1)
+			tk := fencetest.Tok(1, 1, "a", 1)
 			fenced(t, r.f, tk)
 			hctx, hcancel := context.WithCancel(ctx)
 			release, first := r.hold(t, hctx, tk, 0)
@@ -562,15 +554,14 @@ func TestBatcherBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	ctx, cancel := testContext(t)
-	defer cancel()
-	if _, _, err := b.Do(ctx, tok(1, 1, "a", 1), "", nil); err == nil {
+	ctx := testkit.Ctx(t, 60*time.Second)
+	if _, _, err := b.Do(ctx, fencetest.Tok(1, 1, "a", 1), "", nil); err == nil {
 		t.Error("a nil fn accepted")
 	}
-	if _, _, err := b.Do(ctx, tok(1, 1, "a", 1), "id", func(context.Context, sqlfence.Tx) ([]byte, error) { return nil, nil }); err == nil {
+	if _, _, err := b.Do(ctx, fencetest.Tok(1, 1, "a", 1), "id", func(context.Context, sqlfence.Tx) ([]byte, error) { return nil, nil }); err == nil {
 		t.Error("a request id without Requests accepted")
 	}
-	if _, _, err := b.Do(ctx, tok(1, 0, "a", 1), "", func(context.Context, sqlfence.Tx) ([]byte, error) { return nil, nil }); err == nil {
+	if _, _, err := b.Do(ctx, fencetest.Tok(1, 0, "a", 1), "", func(context.Context, sqlfence.Tx) ([]byte, error) { return nil, nil }); err == nil {
 		t.Error("epoch 0 accepted")
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/internal/testdb"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -27,9 +29,8 @@ type txBench struct {
 func newTxBench(tb testing.TB, be backend) *txBench {
 	db := be.open(tb)
 	f := newFence(tb, db, be.dialect)
-	x := &txBench{db: db, f: f, kv: newKV(tb, db, paths()[0]), tok: tok(1, 1, "bench", 1)}
-	ctx, cancel := testContext(tb)
-	defer cancel()
+	x := &txBench{db: db, f: f, kv: newKV(tb, db, paths()[0]), tok: fencetest.Tok(1, 1, "bench", 1)}
+	ctx := testkit.Ctx(tb, 60*time.Second)
 	if _, err := f.Fence(ctx, x.tok); err != nil {
 		tb.Fatal(err)
 	}
@@ -141,8 +142,7 @@ func figureBackends() []backend {
 
 // roundTrip is the median time of an empty statement on db.
 func roundTrip(t *testing.T, db *sql.DB) time.Duration {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +190,7 @@ func TestFigures(t *testing.T) {
 		if be.name == "postgres_far" {
 			fmt.Printf("figure: sqlfence.%s.rtt_ms %.2f\n", be.name, float64(roundTrip(t, x.db).Microseconds())/1000)
 		}
-		ctx, cancel := testContext(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // each backend's run
 		took := make([][]time.Duration, len(kinds))
 		for i := range warmup + rounds {
 			for j := range kinds {

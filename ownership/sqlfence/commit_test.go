@@ -6,8 +6,11 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -20,8 +23,7 @@ func TestCommitErrorIsOutcomeUnknown(t *testing.T) {
 	for b, via := range everyPath() {
 		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			db := b.open(t)
 			if b.name == "sqlite" {
 				// Foreign keys are a per-connection setting in SQLite: on
@@ -44,7 +46,7 @@ func TestCommitErrorIsOutcomeUnknown(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			t1 := tok(1, 1, "a", 1)
+			t1 := fencetest.Tok(1, 1, "a", 1)
 			if _, err := f.Fence(ctx, t1); err != nil {
 				t.Fatal(err)
 			}
@@ -66,15 +68,14 @@ func TestCancelBeforeCommitAppliesNothing(t *testing.T) {
 	for b, via := range everyPath() {
 		t.Run(b.name+"/"+via.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
 			table := uniqueName(t, db, "data")
 			if _, err := db.ExecContext(ctx, `CREATE TABLE "`+table+`" (id BIGINT)`); err != nil {
 				t.Fatal(err)
 			}
-			t1 := tok(1, 1, "a", 1)
+			t1 := fencetest.Tok(1, 1, "a", 1)
 			if _, err := f.Fence(ctx, t1); err != nil {
 				t.Fatal(err)
 			}

@@ -8,8 +8,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -52,8 +55,7 @@ func runConcurrentWriters(t *testing.T, b backend, via path, mode ownership.Mode
 	db := b.open(t)
 	db.SetMaxOpenConns(writers + 2)
 	f, _ := newFenceTable(t, db, b.dialect, cfg)
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 
 	rows := uniqueName(t, db, "tenure_rows")
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE "%s" (id %s, epoch BIGINT NOT NULL, owner TEXT NOT NULL, op BIGINT NOT NULL)`, rows, b.autoID)); err != nil {
@@ -65,7 +67,7 @@ func runConcurrentWriters(t *testing.T, b backend, via path, mode ownership.Mode
 	// the owner comparison: (1,a) < (1,b) < (2,a) < ...
 	toks := make([]ownership.Token, numToken)
 	for i := range toks {
-		toks[i] = tok(5, uint64(i/2+1), string(rune('a'+i%2)), uint64(i))
+		toks[i] = fencetest.Tok(5, uint64(i/2+1), string(rune('a'+i%2)), uint64(i))
 	}
 	mustFence(t, f, toks[0])
 

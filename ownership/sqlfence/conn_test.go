@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -22,9 +25,8 @@ func TestDoConnLeavesNoTransaction(t *testing.T) {
 	db.SetMaxOpenConns(1)
 	f := newFence(t, db, sqlfence.Postgres())
 	kv := newKV(t, db, paths()[1])
-	ctx, cancel := testContext(t)
-	defer cancel()
-	t1, t2 := tok(6, 1, "a", 1), tok(6, 2, "b", 2)
+	ctx := testkit.Ctx(t, 60*time.Second)
+	t1, t2 := fencetest.Tok(6, 1, "a", 1), fencetest.Tok(6, 2, "b", 2)
 	mustFence(t, f, t2)
 	pid := func() int {
 		t.Helper()
@@ -55,7 +57,7 @@ func TestDoConnLeavesNoTransaction(t *testing.T) {
 	}{
 		{"stale", func() error { return f.DoConn(ctx, t1, ownership.Exact, write) },
 			func(err error) bool { return errors.Is(err, ownership.ErrStaleToken) }, false},
-		{"not fenced", func() error { return f.DoConn(ctx, tok(6, 3, "c", 3), ownership.Exact, write) },
+		{"not fenced", func() error { return f.DoConn(ctx, fencetest.Tok(6, 3, "c", 3), ownership.Exact, write) },
 			func(err error) bool { return errors.Is(err, ownership.ErrNotFenced) }, false},
 		{"fn error", func() error {
 			return f.DoConn(ctx, t2, ownership.Exact, func(tx sqlfence.Tx) error {
@@ -136,9 +138,8 @@ func TestFenceDuringCheck(t *testing.T) {
 				db := openPostgres(t)
 				f, table := newFenceTable(t, db, sqlfence.Postgres(), sqlfence.Config{})
 				kv := newKV(t, db, via)
-				ctx, cancel := testContext(t)
-				defer cancel()
-				t1, t2 := tok(8, 1, "a", 1), tok(8, 2, "b", 2)
+				ctx := testkit.Ctx(t, 60*time.Second)
+				t1, t2 := fencetest.Tok(8, 1, "a", 1), fencetest.Tok(8, 2, "b", 2)
 				mustFence(t, f, t1)
 				// Warm the connections' statements, so the write waits in its check.
 				if err := kv.put(ctx, f, t1, ownership.Exact, "warm", "x"); err != nil {
@@ -182,7 +183,7 @@ func TestFenceDuringCheck(t *testing.T) {
 					}
 					return
 				}
-				wantStale(t, err, t2)
+				fencetest.WantStale(t, err, t2)
 				if len(ran) != 0 {
 					t.Fatal("fn ran after the check waited for a fence that committed")
 				}
@@ -207,11 +208,10 @@ func TestMonotonicFirstWritesRace(t *testing.T) {
 			db := openPostgres(t)
 			f := newFence(t, db, sqlfence.Postgres())
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
-			low, high := tok(9, 1, "a", 1), tok(9, 2, "b", 2)
+			ctx := testkit.Ctx(t, 60*time.Second)
+			low, high := fencetest.Tok(9, 1, "a", 1), fencetest.Tok(9, 2, "b", 2)
 			// Warm the connections' statements on another partition.
-			if err := kv.put(ctx, f, tok(10, 1, "w", 1), ownership.Monotonic, "warm", "x"); err != nil {
+			if err := kv.put(ctx, f, fencetest.Tok(10, 1, "w", 1), ownership.Monotonic, "warm", "x"); err != nil {
 				t.Fatal(err)
 			}
 
@@ -244,7 +244,7 @@ func TestMonotonicFirstWritesRace(t *testing.T) {
 			if err := <-highDone; err != nil {
 				t.Fatalf("higher write: %v", err)
 			}
-			wantStale(t, <-lowDone, high)
+			fencetest.WantStale(t, <-lowDone, high)
 			if got := kv.get(t, "k"); got != "high" {
 				t.Fatalf("k = %q: the lower write landed after the higher one", got)
 			}
@@ -270,16 +270,15 @@ func TestDoConnTwoTables(t *testing.T) {
 	db.SetMaxOpenConns(1)
 	a, b := newFence(t, db, sqlfence.Postgres()), newFence(t, db, sqlfence.Postgres())
 	kv := newKV(t, db, paths()[1])
-	ctx, cancel := testContext(t)
-	defer cancel()
-	t1, t2 := tok(1, 1, "a", 1), tok(1, 2, "b", 2)
+	ctx := testkit.Ctx(t, 60*time.Second)
+	t1, t2 := fencetest.Tok(1, 1, "a", 1), fencetest.Tok(1, 2, "b", 2)
 	mustFence(t, a, t1)
 	mustFence(t, b, t1)
 	mustFence(t, b, t2)
 	if err := kv.put(ctx, a, t1, ownership.Exact, "k", "a"); err != nil {
 		t.Fatalf("write to a under its mark: %v", err)
 	}
-	wantStale(t, kv.put(ctx, b, t1, ownership.Exact, "k", "b"), t2)
+	fencetest.WantStale(t, kv.put(ctx, b, t1, ownership.Exact, "k", "b"), t2)
 	if err := kv.put(ctx, b, t2, ownership.Exact, "k", "b"); err != nil {
 		t.Fatalf("write to b under its mark: %v", err)
 	}
@@ -292,13 +291,12 @@ func TestDoConnOwnerNames(t *testing.T) {
 	db := openPostgres(t)
 	f := newFence(t, db, sqlfence.Postgres())
 	kv := newKV(t, db, paths()[1])
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	owners := []string{"", "node-1", "a'b", `a\'b`, `\`, "x'); SELECT pg_sleep(60); --", "é", "日本", "a b", "a\x01", "$$", "node_1.2:3/4@5"}
 	for i, o := range owners {
 		p := uint32(100 + i)
 		for _, m := range []ownership.Mode{ownership.Exact, ownership.Monotonic} {
-			tk := tok(p, uint64(2+m), o, 7)
+			tk := fencetest.Tok(p, uint64(2+m), o, 7)
 			mustFence(t, f, tk)
 			if err := kv.put(ctx, f, tk, m, "k", o); err != nil {
 				t.Fatalf("%s write under owner %q: %v", m, o, err)
@@ -314,7 +312,7 @@ func TestDoConnOwnerNames(t *testing.T) {
 			if m == ownership.Monotonic {
 				prev := tk
 				prev.Epoch--
-				wantStale(t, kv.put(ctx, f, prev, ownership.Exact, "k", "prev"), tk)
+				fencetest.WantStale(t, kv.put(ctx, f, prev, ownership.Exact, "k", "prev"), tk)
 			}
 		}
 	}

@@ -15,28 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
-
-func tok(p uint32, epoch uint64, owner string, inc uint64) ownership.Token {
-	return ownership.Token{Partition: p, Epoch: epoch, Owner: owner, Incarnation: inc}
-}
-
-// wantStale fails unless err is a stale-token error carrying current.
-func wantStale(t *testing.T, err error, current ownership.Token) {
-	t.Helper()
-	if !errors.Is(err, ownership.ErrStaleToken) {
-		t.Fatalf("error %v, want a stale token error", err)
-	}
-	var se *ownership.StaleTokenError
-	if !errors.As(err, &se) {
-		t.Fatalf("error %v is not a *StaleTokenError", err)
-	}
-	if !se.Current.Same(current) {
-		t.Fatalf("stale error carries current %v, want %v", se.Current, current)
-	}
-}
 
 // TestFenceOrder checks that the database orders tokens exactly as
 // Token.Compare does: owner names bytewise (not by the server's locale),
@@ -48,7 +31,7 @@ func TestFenceOrder(t *testing.T) {
 	for _, e := range []uint64{1, 2, 255, 256, math.MaxInt64} {
 		for _, o := range owners {
 			for _, i := range incs {
-				toks = append(toks, tok(0, e, o, i))
+				toks = append(toks, fencetest.Tok(0, e, o, i))
 			}
 		}
 	}
@@ -57,8 +40,7 @@ func TestFenceOrder(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			rng := rand.New(rand.NewPCG(1, 2))
 			checkOrder := func(from uint32) {
 				t.Helper()
@@ -77,7 +59,7 @@ func TestFenceOrder(t *testing.T) {
 					mark, err := f.Fence(ctx, y)
 					switch c := y.Compare(x); {
 					case c < 0:
-						wantStale(t, err, x)
+						fencetest.WantStale(t, err, x)
 					case err != nil:
 						t.Fatalf("Fence(%v) after %v: %v", y, x, err)
 					case !mark.Same(y):
@@ -129,9 +111,8 @@ func TestDoMonotonicRollback(t *testing.T) {
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
-			t2, t3 := tok(4, 2, "b", 2), tok(4, 3, "c", 3)
+			ctx := testkit.Ctx(t, 60*time.Second)
+			t2, t3 := fencetest.Tok(4, 2, "b", 2), fencetest.Tok(4, 3, "c", 3)
 			if err := kv.put(ctx, f, t2, ownership.Monotonic, "k", "v2"); err != nil {
 				t.Fatalf("first monotonic write: %v", err)
 			}
@@ -165,9 +146,8 @@ func TestDoRollsBack(t *testing.T) {
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
-			t1 := tok(1, 1, "a", 1)
+			ctx := testkit.Ctx(t, 60*time.Second)
+			t1 := fencetest.Tok(1, 1, "a", 1)
 			mustFence(t, f, t1)
 
 			boom := errors.New("boom")
@@ -234,9 +214,8 @@ func fenceWaitsForDo(t *testing.T, b backend, via path, conc bool) {
 	db := b.open(t)
 	f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: conc})
 	kv := newKV(t, db, via)
-	ctx, cancel := testContext(t)
-	defer cancel()
-	t1, t2 := tok(2, 1, "a", 1), tok(2, 2, "b", 2)
+	ctx := testkit.Ctx(t, 60*time.Second)
+	t1, t2 := fencetest.Tok(2, 1, "a", 1), fencetest.Tok(2, 2, "b", 2)
 	mustFence(t, f, t1)
 
 	h := hold(t, ctx, f, via, kv, t1, "k", "t1")
@@ -257,14 +236,14 @@ func fenceWaitsForDo(t *testing.T, b backend, via path, conc bool) {
 	if got := kv.get(t, "k"); got != "t1" {
 		t.Fatalf("k = %q, want t1", got)
 	}
-	wantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k", "late"), t2)
+	fencetest.WantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k", "late"), t2)
 }
 
 // waitForLockWait polls until a PostgreSQL backend waits for a lock in a
 // statement on table.
 func waitForLockWait(t *testing.T, db *sql.DB, table string) {
 	t.Helper()
-	pollUntil(t, "a backend waiting for the partition's row lock", func() bool { return lockWaiters(t, db, table, "", "") > 0 })
+	testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, "a backend waiting for the partition's row lock", func() bool { return lockWaiters(t, db, table, "", "") > 0 })
 }
 
 // lockWaiters counts the PostgreSQL backends waiting for a lock (whose
@@ -291,7 +270,7 @@ func lockWaiters(t *testing.T, db *sql.DB, table, event, kind string) int {
 // most 20 s.
 func pollRows(t *testing.T, db *sql.DB, what, query string, args ...any) {
 	t.Helper()
-	pollUntil(t, what, func() bool {
+	testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, what, func() bool {
 		var n int
 		if err := db.QueryRow(query, args...).Scan(&n); err != nil {
 			t.Fatalf("waiting for %s: %v", what, err)
@@ -310,12 +289,11 @@ func TestAuthorityClaimsAboveInt32(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
-			ctx, cancel := testContext(t)
-			defer cancel()
-			seen := tok(9, 1<<40, "a", 1)
+			ctx := testkit.Ctx(t, 60*time.Second)
+			seen := fencetest.Tok(9, 1<<40, "a", 1)
 			mustFence(t, f, seen)
 			got, err := f.Authority().Claim(ctx, 9, ownership.Node{Name: "b", Incarnation: 2}, seen)
-			if err != nil || !got.Same(tok(9, 1<<40+1, "b", 2)) {
+			if err != nil || !got.Same(fencetest.Tok(9, 1<<40+1, "b", 2)) {
 				t.Fatalf("claim above epoch 2^40 = %v, %v", got, err)
 			}
 		})
@@ -333,8 +311,7 @@ func TestAuthorityUsageErrors(t *testing.T) {
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
 			a := f.Authority()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			na := ownership.Node{Name: "a", Incarnation: 1 << 63}
 			tb, err := a.Claim(ctx, 9, na, ownership.Token{})
 			if err != nil {
@@ -346,8 +323,8 @@ func TestAuthorityUsageErrors(t *testing.T) {
 			}{
 				{ownership.Node{}, tb},
 				{ownership.Node{Name: "a\x00b"}, tb},
-				{na, tok(8, 2, "b", 5)},
-				{na, tok(9, math.MaxInt64, "b", 5)},
+				{na, fencetest.Tok(8, 2, "b", 5)},
+				{na, fencetest.Tok(9, math.MaxInt64, "b", 5)},
 			} {
 				if got, err := a.Claim(ctx, 9, bad.n, bad.seen); err == nil || errors.Is(err, ownership.ErrConflict) {
 					t.Fatalf("Claim(%v, %v) = %v, %v; want a usage error", bad.n, bad.seen, got, err)
@@ -383,16 +360,15 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 	f := newFence(t, db, sqlfence.SQLite())
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	noop := func(sqlfence.Tx) error { return nil }
 	for _, via := range paths() {
 		for _, bad := range []ownership.Token{
 			{},
-			tok(1, 0, "a", 1),
-			tok(1, 1<<63, "a", 1),
-			tok(1, 1, "a\x00", 1),
-			tok(1, 1, "\xff", 1),
+			fencetest.Tok(1, 0, "a", 1),
+			fencetest.Tok(1, 1<<63, "a", 1),
+			fencetest.Tok(1, 1, "a\x00", 1),
+			fencetest.Tok(1, 1, "\xff", 1),
 		} {
 			if _, err := f.Fence(ctx, bad); err == nil {
 				t.Errorf("Fence(%v) succeeded", bad)
@@ -401,10 +377,10 @@ func TestUsageErrors(t *testing.T) {
 				t.Errorf("%s(%v) succeeded", via.name, bad)
 			}
 		}
-		if err := via.do(f, ctx, tok(1, 0, "a", 1), ownership.Monotonic, noop); err == nil || !strings.Contains(err.Error(), "epoch 0") {
+		if err := via.do(f, ctx, fencetest.Tok(1, 0, "a", 1), ownership.Monotonic, noop); err == nil || !strings.Contains(err.Error(), "epoch 0") {
 			t.Errorf("%s with epoch 0 = %v, want an error naming epoch 0", via.name, err)
 		}
-		good := tok(1, 1, "a", 1)
+		good := fencetest.Tok(1, 1, "a", 1)
 		if err := via.do(f, ctx, good, ownership.Mode(9), noop); err == nil {
 			t.Errorf("%s with an unknown mode succeeded", via.name)
 		}
@@ -432,9 +408,8 @@ func TestPrepareAndClose(t *testing.T) {
 				t.Fatal(err)
 			}
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
-			t1 := tok(1, 1, "a", 1)
+			ctx := testkit.Ctx(t, 60*time.Second)
+			t1 := fencetest.Tok(1, 1, "a", 1)
 			if err := kv.put(ctx, f, t1, ownership.Exact, "k", "v"); err == nil {
 				t.Fatal("Do before CreateSchema succeeded")
 			}
@@ -456,9 +431,9 @@ func TestPrepareAndClose(t *testing.T) {
 			if err := kv.put(ctx, f, t1, ownership.Exact, "k", "v2"); err != nil {
 				t.Fatalf("Do after Close: %v", err)
 			}
-			t2 := tok(1, 2, "b", 1)
+			t2 := fencetest.Tok(1, 2, "b", 1)
 			mustFence(t, f, t2)
-			wantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k", "late"), t2)
+			fencetest.WantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k", "late"), t2)
 			if got := kv.get(t, "k"); got != "v2" {
 				t.Fatalf("k = %q, want v2", got)
 			}
@@ -468,8 +443,7 @@ func TestPrepareAndClose(t *testing.T) {
 
 func mustFence(t *testing.T, f *sqlfence.Fence, tk ownership.Token) {
 	t.Helper()
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if got, err := f.Fence(ctx, tk); err != nil || !got.Same(tk) {
 		t.Fatalf("Fence(%v) = %v, %v", tk, got, err)
 	}
@@ -486,8 +460,7 @@ type kv struct {
 func newKV(t testing.TB, db *sql.DB, via path) *kv {
 	t.Helper()
 	name := uniqueName(t, db, "tenure_kv")
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE "`+name+`" (k TEXT PRIMARY KEY, v TEXT NOT NULL)`); err != nil {
 		t.Fatalf("create kv table: %v", err)
 	}
@@ -585,9 +558,8 @@ func TestConcurrentDo(t *testing.T) {
 			db := b.open(t)
 			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: true})
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
-			t1, t2 := tok(3, 1, "a", 1), tok(3, 2, "b", 2)
+			ctx := testkit.Ctx(t, 60*time.Second)
+			t1, t2 := fencetest.Tok(3, 1, "a", 1), fencetest.Tok(3, 2, "b", 2)
 			mustFence(t, f, t1)
 
 			first := hold(t, ctx, f, via, kv, t1, "k1", "v")
@@ -597,7 +569,7 @@ func TestConcurrentDo(t *testing.T) {
 
 			fenced := fenceAsync(ctx, f, t2)
 			// The fence waits for both writes; it must not return first.
-			pollUntil(t, "the fence waiting for the writes", func() bool {
+			testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, "the fence waiting for the writes", func() bool {
 				select {
 				case err := <-fenced:
 					t.Fatalf("Fence returned (%v) while two writes held the partition", err)
@@ -618,22 +590,21 @@ func TestConcurrentDo(t *testing.T) {
 			if kv.get(t, "k1") != "v" || kv.get(t, "k2") != "v" {
 				t.Fatal("a write that held the partition under the mark did not commit")
 			}
-			wantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k1", "late"), t2)
+			fencetest.WantStale(t, kv.put(ctx, f, t1, ownership.Exact, "k1", "late"), t2)
 		})
 		t.Run(via.name+"/control", func(t *testing.T) {
 			t.Parallel()
 			db := b.open(t)
 			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
-			t1 := tok(3, 1, "a", 1)
+			ctx := testkit.Ctx(t, 60*time.Second)
+			t1 := fencetest.Tok(3, 1, "a", 1)
 			mustFence(t, f, t1)
 			first := hold(t, ctx, f, via, kv, t1, "k1", "v")
 			first.held(t)
 			second := hold(t, ctx, f, via, kv, t1, "k2", "v")
 			// The second waits for the first.
-			pollUntil(t, "a check waiting for the partition's row lock", func() bool { return lockWaiters(t, db, table, "", "check") > 0 })
+			testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, "a check waiting for the partition's row lock", func() bool { return lockWaiters(t, db, table, "", "check") > 0 })
 			select {
 			case <-second.holding:
 				t.Fatal("the second write ran beside the first without Concurrent")
@@ -665,9 +636,8 @@ func TestFenceNotStarvedByConcurrentWriters(t *testing.T) {
 			}
 			defer qualified.Close()
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
-			t1, t2, t3 := tok(4, 1, "a", 1), tok(4, 2, "b", 2), tok(4, 4, "d", 4)
+			ctx := testkit.Ctx(t, 60*time.Second)
+			t1, t2, t3 := fencetest.Tok(4, 1, "a", 1), fencetest.Tok(4, 2, "b", 2), fencetest.Tok(4, 4, "d", 4)
 			mustFence(t, f, t1)
 
 			// under runs writers under tk until took returns, then stops them.
@@ -701,7 +671,7 @@ func TestFenceNotStarvedByConcurrentWriters(t *testing.T) {
 					})
 				}
 				defer func() { close(stop); wg.Wait() }()
-				pollUntil(t, "writers running", func() bool { return written.Load() >= 12 })
+				testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, "writers running", func() bool { return written.Load() >= 12 })
 				done := make(chan error, 1)
 				go func() { done <- took() }()
 				select {
@@ -725,20 +695,6 @@ func TestFenceNotStarvedByConcurrentWriters(t *testing.T) {
 	}
 }
 
-// pollUntil polls cond until it holds, for at most 20 s.
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 20 s", what)
-		}
-		<-tick.C
-	}
-}
-
 // TestMonotonicTakesTheGateFirst: a Monotonic transaction takes the
 // partition's advisory lock before its row, as fences do. While the
 // advisory lock is held elsewhere, the Monotonic write waits without
@@ -753,9 +709,8 @@ func TestMonotonicTakesTheGateFirst(t *testing.T) {
 			db := b.open(t)
 			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{})
 			kv := newKV(t, db, via)
-			ctx, cancel := testContext(t)
-			defer cancel()
-			t1, t2 := tok(6, 1, "a", 1), tok(6, 2, "b", 2)
+			ctx := testkit.Ctx(t, 60*time.Second)
+			t1, t2 := fencetest.Tok(6, 1, "a", 1), fencetest.Tok(6, 2, "b", 2)
 			mustFence(t, f, t1)
 			key := `('"` + table + `"'::regclass::oid::bigint << 32 | 6)`
 
@@ -769,7 +724,7 @@ func TestMonotonicTakesTheGateFirst(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() { done <- kv.put(ctx, f, t2, ownership.Monotonic, "k", "v") }()
-			pollUntil(t, "the Monotonic write waiting for the advisory lock", func() bool {
+			testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, "the Monotonic write waiting for the advisory lock", func() bool {
 				return lockWaiters(t, db, table, "advisory", "raise") > 0
 			})
 

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tenure-go/tenure/internal/testdb"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
@@ -127,15 +128,9 @@ func newFenceTable(t testing.TB, db *sql.DB, d sqlfence.Dialect, cfg sqlfence.Co
 			t.Errorf("Close: %v", err)
 		}
 	})
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if err := f.CreateSchema(ctx); err != nil {
 		t.Fatalf("CreateSchema: %v", err)
 	}
 	return f, table
-}
-
-// testContext bounds a test's database calls.
-func testContext(t testing.TB) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 60*time.Second)
 }

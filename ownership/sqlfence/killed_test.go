@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/tenure-go/tenure/internal/testdb"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -23,8 +25,7 @@ import (
 // new owner's Fence does not wait for the holder. (Before ErrSessionEnded,
 // Do returned the driver's error alone.)
 func TestKilledSessionRollsBack(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	b := backends()[1]
 	direct := b.open(t)
 	f, table := newFenceTable(t, direct, b.dialect, sqlfence.Config{})
@@ -45,7 +46,7 @@ func TestKilledSessionRollsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fk.Close()
-	old := tok(2, 1, "a", 1)
+	old := fencetest.Tok(2, 1, "a", 1)
 	if _, err := f.Fence(ctx, old); err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +92,7 @@ func TestKilledSessionRollsBack(t *testing.T) {
 // (ownership.ErrOutcomeUnknown), never ErrSessionEnded: the commit may
 // have landed (here it did not).
 func TestTerminatedSessionClassified(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	b := backends()[1]
 	direct := b.open(t)
 	f, _ := newFenceTable(t, direct, b.dialect, sqlfence.Config{})
@@ -113,7 +113,7 @@ func TestTerminatedSessionClassified(t *testing.T) {
 	for _, p := range paths() {
 		t.Run(p.name+"/mid-transaction", func(t *testing.T) {
 			epoch += 2
-			old, next := tok(3, epoch, "a", 1), tok(3, epoch+1, "b", 1)
+			old, next := fencetest.Tok(3, epoch, "a", 1), fencetest.Tok(3, epoch+1, "b", 1)
 			if _, err := f.Fence(ctx, old); err != nil {
 				t.Fatal(err)
 			}
@@ -132,13 +132,13 @@ func TestTerminatedSessionClassified(t *testing.T) {
 			if fnErr == nil || !errors.Is(err, fnErr) || !errors.Is(err, sqlfence.ErrSessionEnded) || errors.Is(err, ownership.ErrOutcomeUnknown) {
 				t.Fatalf("Do = %v, want ErrSessionEnded and fn's error %v, not an unknown outcome", err, fnErr)
 			}
-			wantStale(t, err, next)
+			fencetest.WantStale(t, err, next)
 			t.Logf("a terminated session of a lost lease looks like: %v", err)
 			wantRows(t, ctx, direct, effects, 0)
 		})
 		t.Run(p.name+"/at-commit", func(t *testing.T) {
 			epoch += 2
-			owner := tok(3, epoch, "a", 1)
+			owner := fencetest.Tok(3, epoch, "a", 1)
 			if _, err := f.Fence(ctx, owner); err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +171,7 @@ func backendPID(t *testing.T, ctx context.Context, tx sqlfence.Tx) int64 {
 // waitGone waits until backend pid has ended.
 func waitGone(t *testing.T, ctx context.Context, db *sql.DB, pid int64) {
 	t.Helper()
-	pollUntil(t, "the session ended by the server", func() bool {
+	testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, "the session ended by the server", func() bool {
 		var n int
 		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n)
 		return err == nil && n == 0

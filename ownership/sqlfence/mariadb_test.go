@@ -15,7 +15,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -77,15 +79,14 @@ func openMySQL(t testing.TB, params string) *sql.DB {
 // authority mints dense epochs, loses a race with a conflict, jumps above
 // what the claimant saw, and works above 2^31.
 func TestMariaDBFence(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := mariadb.open(t)
 	f, table := newFenceTable(t, db, mariadb.dialect, sqlfence.Config{})
 	data := uniqueName(t, db, "data")
 	if _, err := db.ExecContext(ctx, `CREATE TABLE "`+data+`" (id BIGINT PRIMARY KEY, epoch BIGINT)`); err != nil {
 		t.Fatal(err)
 	}
-	e1, e2, e3 := tok(1, 1, "a", 1), tok(1, 2, "b", 1), tok(1, 3, "c", 1)
+	e1, e2, e3 := fencetest.Tok(1, 1, "a", 1), fencetest.Tok(1, 2, "b", 1), fencetest.Tok(1, 3, "c", 1)
 	if cur, err := f.Current(ctx, 1); err != nil || !cur.IsZero() && cur.Epoch != 0 {
 		t.Fatalf("Current of a new partition: %v, %v", cur, err)
 	}
@@ -101,7 +102,7 @@ func TestMariaDBFence(t *testing.T) {
 		t.Fatalf("Fence with a lower token: %v; want stale", err)
 	}
 	// Same epoch, higher owner: raises (the comparison is bytewise, in order).
-	e2b := tok(1, 2, "bb", 1)
+	e2b := fencetest.Tok(1, 2, "bb", 1)
 	if got, err := f.Fence(ctx, e2b); err != nil || !got.Same(e2b) {
 		t.Fatalf("Fence(%v) = %v, %v", e2b, got, err)
 	}
@@ -114,7 +115,7 @@ func TestMariaDBFence(t *testing.T) {
 	if err := write(e2b, ownership.Exact, 1); err != nil {
 		t.Fatal(err)
 	}
-	wantStale(t, write(e2, ownership.Exact, 2), e2b)
+	fencetest.WantStale(t, write(e2, ownership.Exact, 2), e2b)
 	if err := write(e3, ownership.Exact, 3); !errors.Is(err, ownership.ErrNotFenced) {
 		t.Fatalf("Exact write above the mark: %v; want ErrNotFenced", err)
 	}
@@ -124,10 +125,10 @@ func TestMariaDBFence(t *testing.T) {
 	if cur, err := f.Current(ctx, 1); err != nil || !cur.Same(e3) {
 		t.Fatalf("mark after a Monotonic write under %v: %v, %v", e3, cur, err)
 	}
-	wantStale(t, write(e2b, ownership.Monotonic, 5), e3)
+	fencetest.WantStale(t, write(e2b, ownership.Monotonic, 5), e3)
 	// A higher epoch with a lower owner and incarnation: every column
 	// moves (MySQL assigns them one after another).
-	e4 := tok(1, 4, "a", 0)
+	e4 := fencetest.Tok(1, 4, "a", 0)
 	if _, err := f.Fence(ctx, e4); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestMariaDBFence(t *testing.T) {
 	if cur, _ := f.Current(ctx, 2); !cur.Same(t2) {
 		t.Fatalf("a lost claim moved the mark to %v", cur)
 	}
-	big := tok(2, 1<<33, "z", 1)
+	big := fencetest.Tok(2, 1<<33, "z", 1)
 	t3, err := a.Claim(ctx, 2, n, big)
 	if err != nil || t3.Epoch != 1<<33+1 {
 		t.Fatalf("claim above 2^33: %v, %v", t3, err)
@@ -194,8 +195,7 @@ func TestMariaDBFence(t *testing.T) {
 // transaction read (a locking read, the latest) as it wrote: every one
 // must be its own token's.
 func TestMariaDBFenceWaitsForWriters(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := mariadb.open(t)
 	f, table := newFenceTable(t, db, mariadb.dialect, sqlfence.Config{})
 	data := uniqueName(t, db, "data")
@@ -204,7 +204,7 @@ func TestMariaDBFenceWaitsForWriters(t *testing.T) {
 	}
 	// Rounds: writers under epoch r race a fence of epoch r+1.
 	for r := uint64(1); r <= 6; r++ {
-		cur, next := tok(1, r, "a", 1), tok(1, r+1, "a", 1)
+		cur, next := fencetest.Tok(1, r, "a", 1), fencetest.Tok(1, r+1, "a", 1)
 		if r == 1 {
 			fenced(t, f, cur)
 		}
@@ -226,7 +226,7 @@ func TestMariaDBFenceWaitsForWriters(t *testing.T) {
 				}
 			})
 		}
-		pollUntil(t, "writes under the current token", func() bool {
+		testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, "writes under the current token", func() bool {
 			var n int
 			db.QueryRowContext(ctx, `SELECT COUNT(*) FROM "`+data+`" WHERE epoch = ?`, r).Scan(&n)
 			return n > 5
@@ -246,8 +246,7 @@ func TestMariaDBFenceWaitsForWriters(t *testing.T) {
 // Requests on MariaDB: a duplicate gets the first result and does not
 // run, in a later transaction and on the next owner.
 func TestMariaDBRequests(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := mariadb.open(t)
 	f := newFence(t, db, mariadb.dialect)
 	reqs := newRequests(t, db, mariadb.dialect, nil)
@@ -265,7 +264,7 @@ func TestMariaDBRequests(t *testing.T) {
 		})
 		return string(got), dup, err
 	}
-	e1, e2 := tok(1, 1, "a", 1), tok(1, 2, "b", 1)
+	e1, e2 := fencetest.Tok(1, 1, "a", 1), fencetest.Tok(1, 2, "b", 1)
 	fenced(t, f, e1)
 	if r, dup, err := once(e1, "r1", "first"); r != "first" || dup || err != nil {
 		t.Fatalf("first write: %q %v %v", r, dup, err)
@@ -285,8 +284,7 @@ func TestMariaDBRequests(t *testing.T) {
 // The fence works in the server's own sql_mode (no ANSI_QUOTES): its SQL
 // quotes names MySQL's way.
 func TestMariaDBServerSQLMode(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := openMySQL(t, "")
 	var mode string
 	if err := db.QueryRowContext(ctx, `SELECT @@SESSION.sql_mode`).Scan(&mode); err != nil || strings.Contains(mode, "ANSI_QUOTES") {
@@ -317,8 +315,7 @@ func TestMariaDBServerSQLMode(t *testing.T) {
 // former owner's commit refused. (Before, NewOffsets accepted MySQL() and
 // built PostgreSQL's SQL: every Get and Commit failed with a syntax error.)
 func TestMariaDBOffsets(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := mariadb.open(t)
 	f, _ := newFenceTable(t, db, mariadb.dialect, sqlfence.Config{})
 	table := uniqueName(t, db, "tenure_offsets")
@@ -349,7 +346,7 @@ func TestMariaDBOffsets(t *testing.T) {
 		}
 		return n
 	}
-	old, cur := tok(4, 1, "a", 1), tok(4, 2, "b", 1)
+	old, cur := fencetest.Tok(4, 1, "a", 1), fencetest.Tok(4, 2, "b", 1)
 	if _, err := f.Fence(ctx, old); err != nil {
 		t.Fatal(err)
 	}
@@ -396,12 +393,11 @@ func TestMariaDBOffsets(t *testing.T) {
 // refused, nothing applied, even where the server's sql_mode is not
 // strict and would truncate it (to the id of another write).
 func TestMariaDBRequestIDsAreExact(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := withPool(openMySQL(t, "sql_mode="+url.QueryEscape("'NO_ENGINE_SUBSTITUTION,ANSI_QUOTES'")))
 	f := newFence(t, db, mariadb.dialect)
 	reqs := newRequests(t, db, mariadb.dialect, nil)
-	x := tok(1, 1, "a", 1)
+	x := fencetest.Tok(1, 1, "a", 1)
 	fenced(t, f, x)
 	once := func(id, result string) (string, bool, error) {
 		var got []byte
@@ -442,16 +438,15 @@ func TestMariaDBRequestIDsAreExact(t *testing.T) {
 // saw the two as equal, kept "a" as the mark and answered the fence of
 // "a " without an error, and "a" went on writing.)
 func TestMariaDBFenceOrdersOwnersBytewise(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	db := mariadb.open(t)
 	f := newFence(t, db, mariadb.dialect)
-	low, high := tok(1, 5, "a", 1), tok(1, 5, "a ", 1)
+	low, high := fencetest.Tok(1, 5, "a", 1), fencetest.Tok(1, 5, "a ", 1)
 	fenced(t, f, low)
 	if mark, err := f.Fence(ctx, high); err != nil || mark != high {
 		t.Fatalf("Fence(%v) = %v, %v; want it the mark", high, mark, err)
 	}
-	wantStale(t, f.Do(ctx, low, ownership.Exact, func(*sql.Tx) error { return nil }), high)
+	fencetest.WantStale(t, f.Do(ctx, low, ownership.Exact, func(*sql.Tx) error { return nil }), high)
 	if err := f.Do(ctx, high, ownership.Exact, func(*sql.Tx) error { return nil }); err != nil {
 		t.Fatalf("Do under the mark %v: %v", high, err)
 	}

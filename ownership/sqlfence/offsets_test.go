@@ -14,7 +14,9 @@ import (
 
 	"github.com/tenure-go/tenure/internal/netdelay"
 	"github.com/tenure-go/tenure/internal/testdb"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -104,10 +106,9 @@ func (x *offsetsFixture) wantOnce(t *testing.T, ctx context.Context, p uint32, n
 func TestOffsetsCommit(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			x := newOffsetsFixture(t, ctx, b, b.open(t))
-			old, cur := tok(4, 1, "a", 1), tok(4, 2, "b", 1)
+			old, cur := fencetest.Tok(4, 1, "a", 1), fencetest.Tok(4, 2, "b", 1)
 			if _, err := x.fence.Fence(ctx, old); err != nil {
 				t.Fatal(err)
 			}
@@ -143,7 +144,7 @@ func TestOffsetsCommit(t *testing.T) {
 			}
 			x.wantOnce(t, ctx, 4, 5)
 			// Another partition starts at 0 on its own.
-			if err := x.offsets.Commit(ctx, x.fence, tok(5, 1, "a", 1), 0, 1, nil); !errors.Is(err, ownership.ErrNotFenced) {
+			if err := x.offsets.Commit(ctx, x.fence, fencetest.Tok(5, 1, "a", 1), 0, 1, nil); !errors.Is(err, ownership.ErrNotFenced) {
 				t.Fatalf("commit on an unfenced partition = %v, want ErrNotFenced", err)
 			}
 			if err := x.offsets.Advance(ctx, x.db, 4, 5, 4); err == nil {
@@ -158,12 +159,11 @@ func TestOffsetsCommit(t *testing.T) {
 // error wrapping ownership.ErrOutcomeUnknown; the retry of the same batch
 // fails with ErrOffsetMoved, and every event is applied once.
 func TestOffsetsInDoubtCommit(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	b := backends()[1]
 	direct := b.open(t)
 	x := newOffsetsFixture(t, ctx, b, direct)
-	token := tok(7, 1, "a", 1)
+	token := fencetest.Tok(7, 1, "a", 1)
 	if _, err := x.fence.Fence(ctx, token); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
@@ -28,8 +30,7 @@ func newRequestsTable(t *testing.T, db *sql.DB, d sqlfence.Dialect, now func() t
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	if err := r.CreateSchema(ctx, db); err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +45,7 @@ func TestRequestsOnce(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			db := b.open(t)
 			f := newFence(t, db, b.dialect)
 			reqs := newRequests(t, db, b.dialect, nil)
@@ -63,7 +63,7 @@ func TestRequestsOnce(t *testing.T) {
 				})
 				return string(got), dup, err
 			}
-			e1 := tok(1, 1, "a", 1)
+			e1 := fencetest.Tok(1, 1, "a", 1)
 			if _, err := f.Fence(ctx, e1); err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +96,7 @@ func TestRequestsOnce(t *testing.T) {
 			if _, dup, err := write(e1, "", "no id", nil); err != nil || dup {
 				t.Fatalf("no id: %v %v", dup, err)
 			}
-			e2 := tok(2, 1, "a", 1)
+			e2 := fencetest.Tok(2, 1, "a", 1)
 			if _, err := f.Fence(ctx, e2); err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func TestRequestsOnce(t *testing.T) {
 			}
 			// The partition moves: the new owner sees the old one's record,
 			// and the old one's retry is refused by the fence.
-			e1b := tok(1, 2, "b", 1)
+			e1b := fencetest.Tok(1, 2, "b", 1)
 			if _, err := f.Fence(ctx, e1b); err != nil {
 				t.Fatal(err)
 			}
@@ -127,12 +127,11 @@ func TestRequestsConcurrentDuplicates(t *testing.T) {
 		for _, conc := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/concurrent=%v", b.name, conc), func(t *testing.T) {
 				t.Parallel()
-				ctx, cancel := testContext(t)
-				defer cancel()
+				ctx := testkit.Ctx(t, 60*time.Second)
 				db := b.open(t)
 				f, _ := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: conc})
 				reqs := newRequests(t, db, b.dialect, nil)
-				e1 := tok(1, 1, "a", 1)
+				e1 := fencetest.Tok(1, 1, "a", 1)
 				mustFence(t, f, e1)
 				var runs, dups atomic.Int64
 				results := make(chan string, 8)
@@ -193,12 +192,11 @@ func TestRequestsDuplicateWaitsForTheFirst(t *testing.T) {
 	for _, conc := range []bool{false, true} {
 		t.Run(fmt.Sprintf("concurrent=%v", conc), func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := testContext(t)
-			defer cancel()
+			ctx := testkit.Ctx(t, 60*time.Second)
 			db := b.open(t)
 			f, fenceTable := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: conc})
 			reqs, reqTable := newRequestsTable(t, db, b.dialect, nil)
-			e1 := tok(1, 1, "a", 1)
+			e1 := fencetest.Tok(1, 1, "a", 1)
 			mustFence(t, f, e1)
 			var runs atomic.Int64
 			started := make(chan struct{})
@@ -231,14 +229,14 @@ func TestRequestsDuplicateWaitsForTheFirst(t *testing.T) {
 			})
 			<-started
 			second := write("second", func() {})
-			pollUntil(t, "the duplicate waiting or running", func() bool {
+			testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, "the duplicate waiting or running", func() bool {
 				return runs.Load() > 1 || lockWaiters(t, db, reqTable, "", "") > 0 || lockWaiters(t, db, fenceTable, "", "") > 0
 			})
 			// A fence that arrives now queues behind both and does not
 			// deadlock with them: the id is claimed after the partition's
 			// locks, and waited for only by holders of the same ones.
-			fenced := fenceAsync(ctx, f, tok(1, 2, "b", 1))
-			pollUntil(t, "the duplicate and the fence waiting", func() bool {
+			fenced := fenceAsync(ctx, f, fencetest.Tok(1, 2, "b", 1))
+			testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, "the duplicate and the fence waiting", func() bool {
 				return runs.Load() > 1 || lockWaiters(t, db, reqTable, "", "")+lockWaiters(t, db, fenceTable, "", "") >= 2
 			})
 			unblock()
@@ -259,14 +257,13 @@ func TestRequestsDuplicateWaitsForTheFirst(t *testing.T) {
 }
 
 func TestRequestsForget(t *testing.T) {
-	ctx, cancel := testContext(t)
-	defer cancel()
+	ctx := testkit.Ctx(t, 60*time.Second)
 	b := backends()[0]
 	db := b.open(t)
 	f := newFence(t, db, b.dialect)
 	now := time.Unix(1000, 0)
 	reqs := newRequests(t, db, b.dialect, func() time.Time { return now })
-	e1 := tok(1, 1, "a", 1)
+	e1 := fencetest.Tok(1, 1, "a", 1)
 	if _, err := f.Fence(ctx, e1); err != nil {
 		t.Fatal(err)
 	}

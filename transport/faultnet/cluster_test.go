@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/tenure-go/tenure/internal/testkit"
 )
 
 const (
@@ -150,7 +152,7 @@ func (c *cluster) start(name string, tweak func(*memberlist.Config)) *node {
 func (n *node) join(t *testing.T, other *node) {
 	t.Helper()
 	var err error
-	waitFor(t, fmt.Sprintf("%s to join %s", n.name, other.name), func() bool {
+	testkit.WaitFor(testkit.Ctx(t, clusterTimeout), t, fmt.Sprintf("%s to join %s", n.name, other.name), func() bool {
 		_, err = n.ml.Join([]string{other.tr.Addr()})
 		return err == nil
 	})
@@ -167,20 +169,6 @@ func (n *node) view() []string {
 	return names
 }
 
-// waitFor polls cond until it holds or clusterTimeout passes; not tenuretest.WaitFor, which imports faultnet (an import cycle).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(clusterTimeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", clusterTimeout, what)
-		}
-		<-tick.C
-	}
-}
-
 // waitViews waits until each of nodes sees exactly nodes. A node missing a
 // peer it should see re-joins it every rejoinEvery (errors ignored), the way
 // a coordinator rejoins known members: on a starved machine memberlist can
@@ -194,7 +182,7 @@ func waitViews(t *testing.T, nodes ...*node) {
 	}
 	slices.Sort(want)
 	lastRejoin := time.Now()
-	waitFor(t, fmt.Sprintf("views %v", want), func() bool {
+	testkit.WaitFor(testkit.Ctx(t, clusterTimeout), t, fmt.Sprintf("views %v", want), func() bool {
 		settled := true
 		for _, n := range nodes {
 			if !slices.Equal(n.view(), want) {
@@ -269,11 +257,11 @@ func TestClusterRestartOnNewAddress(t *testing.T) {
 	restarted.join(t, a)
 
 	port := uint16(restarted.tr.Port())
-	waitFor(t, "a to accept c on its new address", func() bool {
+	testkit.WaitFor(testkit.Ctx(t, clusterTimeout), t, "a to accept c on its new address", func() bool {
 		return a.joins.seen("c", port) && slices.Contains(a.view(), "c")
 	})
 	// b, without DeadNodeReclaimTime, refuses the new address.
-	waitFor(t, "b to report c's new address as a conflict", func() bool {
+	testkit.WaitFor(testkit.Ctx(t, clusterTimeout), t, "b to report c's new address as a conflict", func() bool {
 		return b.conflicts.seen("c", port)
 	})
 	if b.joins.seen("c", port) {

@@ -9,7 +9,9 @@ import (
 
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/transport"
 )
 
@@ -25,7 +27,7 @@ import (
 // epoch.
 func TestForgedCurrentCannotMakeAPartitionUnclaimable(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t, 60*time.Second)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	keys, err := ownership.NewKeyring(ownership.Key("tenure test token key, 32 bytes"))
 	if err != nil {
 		t.Fatal(err)
@@ -106,17 +108,17 @@ func TestForgedCurrentCannotMakeAPartitionUnclaimable(t *testing.T) {
 // the token is passed on as the Checker gave it.
 func TestTokenGuardSignerSignsStaleAnswers(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 	keys, err := ownership.NewKeyring(ownership.Key("tenure test token key, 32 bytes"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mark := tok(1, 9, "b")
+	mark := fencetest.Tok(1, 9, "b", 1)
 	checker := CheckerFunc(func(_ context.Context, t ownership.Token) error { return ownership.Stale(t, mark) })
 	net := newBufNet(t)
 	net.serve("signed", TokenGuardConfig{Keyring: keys, Checker: checker, Signer: keys}, admitted)
 	net.serve("unsigned", TokenGuardConfig{Keyring: keys, Checker: checker}, admitted)
-	call := keys.Sign(tok(1, 3, "a"))
+	call := keys.Sign(fencetest.Tok(1, 3, "a", 1))
 	for addr, signed := range map[string]bool{"signed": true, "unsigned": false} {
 		_, err := put(transport.WithToken(ctx, call), net.conn(addr))
 		st, ok := transport.StaleFromStatus(err)

@@ -6,7 +6,6 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -19,12 +18,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func testCtx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // The test service, hand-described: tenure.resource.test.Store with Put
 // (unary, BytesValue -> StringValue) and Repeat (server stream).
@@ -135,8 +128,4 @@ func tokenString(t testing.TB, tok ownership.Token) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-func tok(p uint32, epoch uint64, owner string) ownership.Token {
-	return ownership.Token{Partition: p, Epoch: epoch, Owner: owner, Incarnation: 1}
 }

@@ -14,7 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/transport"
 )
 
@@ -27,8 +29,8 @@ func TestTokenGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testCtx(t, 10*time.Second)
-	mark := keys.Sign(tok(3, 5, "b"))
+	ctx := testkit.Ctx(t, 10*time.Second)
+	mark := keys.Sign(fencetest.Tok(3, 5, "b", 1))
 	if _, err := fence.Fence(ctx, mark); err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,7 @@ func TestTokenGuard(t *testing.T) {
 		t.Fatalf("current token: %q %v", got, err)
 	}
 	// A higher one fences the resource (Monotonic) and passes.
-	next := keys.Sign(tok(3, 6, "c"))
+	next := keys.Sign(fencetest.Tok(3, 6, "c", 1))
 	if _, err := put(transport.WithToken(ctx, next), cc); err != nil {
 		t.Fatalf("next token: %v", err)
 	}
@@ -53,7 +55,7 @@ func TestTokenGuard(t *testing.T) {
 		t.Fatalf("stale: %v (%+v %v)", err, st, ok)
 	}
 	// Unsigned, or signed by another key: Unauthenticated.
-	if _, err := put(transport.WithToken(ctx, tok(3, 9, "x")), cc); status.Code(err) != codes.Unauthenticated {
+	if _, err := put(transport.WithToken(ctx, fencetest.Tok(3, 9, "x", 1)), cc); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("unsigned: %v", err)
 	}
 	forged := next
@@ -76,7 +78,7 @@ func TestTokenGuard(t *testing.T) {
 		}
 	}
 	// A partition the fence doesn't have.
-	if _, err := put(transport.WithToken(ctx, keys.Sign(tok(99, 1, "x"))), cc); status.Code(err) != codes.InvalidArgument {
+	if _, err := put(transport.WithToken(ctx, keys.Sign(fencetest.Tok(99, 1, "x", 1))), cc); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("partition out of range: %v", err)
 	}
 	// Streams carry and check tokens too.
@@ -119,12 +121,12 @@ func TestFenceHoldsOffNewerFence(t *testing.T) {
 		}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctx := testCtx(t, 10*time.Second)
+			ctx := testkit.Ctx(t, 10*time.Second)
 			fence, err := ownership.NewMemoryFence(8)
 			if err != nil {
 				t.Fatal(err)
 			}
-			e1, e2 := tok(3, 1, "a"), tok(3, 2, "b")
+			e1, e2 := fencetest.Tok(3, 1, "a", 1), fencetest.Tok(3, 2, "b", 1)
 			if _, err := fence.Fence(ctx, e1); err != nil {
 				t.Fatal(err)
 			}
@@ -189,7 +191,7 @@ func TestTokenGuardErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.serve("fenced", TokenGuardConfig{Fence: fence}, func(context.Context) (string, error) { return "ok", handlerErr })
-	ctx := transport.WithToken(testCtx(t, 10*time.Second), tok(3, 1, "a"))
+	ctx := transport.WithToken(testkit.Ctx(t, 10*time.Second), fencetest.Tok(3, 1, "a", 1))
 	for _, tc := range []struct {
 		err  error
 		code codes.Code
@@ -211,12 +213,12 @@ func TestTokenGuardErrors(t *testing.T) {
 	if _, err := put(ctx, n.conn("fenced")); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("unfenced token: %v", err)
 	}
-	if _, err := fence.Fence(ctx, tok(3, 1, "a")); err != nil {
+	if _, err := fence.Fence(ctx, fencetest.Tok(3, 1, "a", 1)); err != nil {
 		t.Fatal(err)
 	}
 	// The handler's errors are converted, through the fence or not.
 	for _, addr := range []string{"check", "fenced"} {
-		handlerErr = ownership.Stale(tok(3, 1, "a"), tok(3, 2, "b"))
+		handlerErr = ownership.Stale(fencetest.Tok(3, 1, "a", 1), fencetest.Tok(3, 2, "b", 1))
 		if _, err := put(ctx, n.conn(addr)); status.Code(err) != codes.FailedPrecondition {
 			t.Errorf("%s: handler's stale error: %v", addr, err)
 		}
@@ -237,19 +239,19 @@ func TestTokenPassesOn(t *testing.T) {
 	n.serve("last", TokenGuardConfig{}, admitted)
 	last := n.conn("last")
 	n.serve("first", TokenGuardConfig{}, func(ctx context.Context) (string, error) { return put(ctx, last) })
-	e1 := tok(3, 1, "a")
-	got, err := put(transport.WithToken(testCtx(t, 10*time.Second), e1), n.conn("first"))
+	e1 := fencetest.Tok(3, 1, "a", 1)
+	got, err := put(transport.WithToken(testkit.Ctx(t, 10*time.Second), e1), n.conn("first"))
 	if err != nil || got != tokenString(t, e1) {
 		t.Fatalf("the last resource saw %q, %v; want %q", got, err, tokenString(t, e1))
 	}
 	// Without WithToken, no token is sent.
-	if _, err := put(testCtx(t, 10*time.Second), last); status.Code(err) != codes.InvalidArgument {
+	if _, err := put(testkit.Ctx(t, 10*time.Second), last); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("no token: %v", err)
 	}
 	// An unencodable token fails on the client.
 	bad := e1
 	bad.Owner = strings.Repeat("x", 300)
-	if _, err := put(transport.WithToken(testCtx(t, 10*time.Second), bad), last); status.Code(err) != codes.InvalidArgument {
+	if _, err := put(transport.WithToken(testkit.Ctx(t, 10*time.Second), bad), last); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("unencodable: %v", err)
 	}
 }
@@ -260,7 +262,7 @@ func TestTokenPassesOn(t *testing.T) {
 // does need them, is the check's negative control.
 func TestImportsNoCluster(t *testing.T) {
 	banned := func(pkg string) []string {
-		out, err := exec.CommandContext(testCtx(t, time.Minute), "go", "list", "-deps", pkg).CombinedOutput()
+		out, err := exec.CommandContext(testkit.Ctx(t, time.Minute), "go", "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 )
@@ -213,7 +214,7 @@ type scenario struct {
 // outcome (a write in flight at a crashed owner), never with a plain
 // Unavailable or a deadline.
 func runScenario(t *testing.T, ids bool, disrupt func(ctx context.Context, victim *clusterNode) error) scenario {
-	ctx := testCtx(t, 60*time.Second)
+	ctx := testkit.Ctx(t, 60*time.Second)
 	cl := startCluster(ctx, t, 3)
 	n0, n1, n2 := cl.nodes[0], cl.nodes[1], cl.nodes[2]
 

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/transport"
 )
 
@@ -48,7 +49,7 @@ func TestFigures(t *testing.T) {
 		n.guarded("solo", c)
 		r := n.router(c, nil)
 		cc := directConn(t, n, "solo")
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testkit.Ctx(t, 30*time.Second)
 		out := new(wrapperspb.StringValue)
 		call := func(cc grpc.ClientConnInterface, ctx context.Context) func() {
 			return func() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 )
@@ -59,7 +60,7 @@ func TestRouterFollowsMembership(t *testing.T) {
 			r := n.router(owners, func(cfg *RouterConfig) {
 				cfg.Idempotent = func(string) bool { return c.idempotent }
 			})
-			ctx := testCtx(t, 30*time.Second)
+			ctx := testkit.Ctx(t, 30*time.Second)
 			if c.id {
 				var err error
 				if ctx, err = transport.WithRequestID(ctx, transport.NewRequestID()); err != nil {
@@ -110,7 +111,7 @@ func TestRouterFollowsClaims(t *testing.T) {
 	owners := &fakeOwners{addr: "old"}
 	owners.setMembers("old", "new")
 	r := n.router(owners, func(cfg *RouterConfig) { cfg.MoveGrace = 50 * time.Millisecond })
-	ctx, err := transport.WithRequestID(testCtx(t, 30*time.Second), "req-1")
+	ctx, err := transport.WithRequestID(testkit.Ctx(t, 30*time.Second), "req-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestRouterOutcomeUnknownAnswer(t *testing.T) {
 	owners := &fakeOwners{addr: "a"}
 	owners.setMembers("a")
 	r := n.router(owners, func(cfg *RouterConfig) { cfg.MaxAttempts = 2 })
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 	_, err := put(ctx, r, "k")
 	ou, ok := transport.AsOutcomeUnknown(err)
 	if !ok || !errors.Is(err, ownership.ErrOutcomeUnknown) || ou.Addr != "a" || calls.Load() != 1 {
@@ -196,7 +197,7 @@ func TestRouterBadRequestID(t *testing.T) {
 	if _, err := transport.WithRequestID(context.Background(), "has space"); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("WithRequestID with a space: %v", err)
 	}
-	ctx, _ := transport.WithRequestID(testCtx(t, 10*time.Second), "one")
+	ctx, _ := transport.WithRequestID(testkit.Ctx(t, 10*time.Second), "one")
 	ctx = withRawRequestID(ctx, "two")
 	if _, err := put(ctx, r, "k"); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("two request ids: %v", err)
@@ -221,7 +222,7 @@ func TestRouterWakesOnClaim(t *testing.T) {
 			owners.setMembers("a")
 			// Pauses of 10 to 20 s: only a wake-up lets the call finish in time.
 			r := n.router(owners, func(cfg *RouterConfig) { cfg.BackoffBase, cfg.BackoffMax = 20*time.Second, 20*time.Second })
-			ctx := testCtx(t, 5*time.Second)
+			ctx := testkit.Ctx(t, 5*time.Second)
 			done := make(chan error, 1)
 			go func() { _, err := put(ctx, r, "k"); done <- err }()
 			tenuretest.WaitFor(ctx, t, "the call to pause", func() bool { return r.Stats().Retries == 1 })
@@ -246,7 +247,7 @@ func TestRouterFollowsWithoutPolling(t *testing.T) {
 		cfg.BackoffBase, cfg.BackoffMax = 20*time.Second, 20*time.Second
 		cfg.FollowInterval = 10 * time.Millisecond // would be polled 50 times below
 	})
-	ctx, cancel := context.WithCancel(testCtx(t, 10*time.Second))
+	ctx, cancel := context.WithCancel(testkit.Ctx(t, 10*time.Second))
 	inFlight := make(chan error, 1)
 	go func() { _, err := put(ctx, r, "k"); inFlight <- err }() // stays at a
 	tenuretest.WaitFor(ctx, t, "the call to be in flight", func() bool { return len(r.inflightSnapshot()) == 1 })
@@ -280,7 +281,7 @@ func TestRouterRechecksLateAttempts(t *testing.T) {
 	owners := &fakeOwners{addr: "old", room: 1}
 	owners.setMembers("old", "new")
 	r := n.router(owners, nil)
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 	rt := &route{r: r, key: []byte("k")}
 	addr, node, err := rt.target()
 	if err != nil || addr != "old" {

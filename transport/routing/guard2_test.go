@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/gate"
 	"github.com/tenure-go/tenure/transport"
@@ -47,7 +48,7 @@ func TestGuardRoutedKey(t *testing.T) {
 	n.serve("self", func(s *grpc.Server) { s.RegisterService(&desc, struct{}{}) }, g.ServerOptions()...)
 	owners := &fakeOwners{addr: "self"}
 	r := n.router(owners, nil)
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 	out := new(wrapperspb.StringValue)
 	if err := r.Invoke(transport.WithKey(ctx, []byte("a")), methodPut, wrapperspb.Bytes([]byte("a")), out); err != nil || out.GetValue() != "a" {
 		t.Fatalf("same key: %q %v", out.GetValue(), err)
@@ -74,7 +75,7 @@ func TestGuardGateAndOutcome(t *testing.T) {
 	var handler handlerFunc
 	n.serveFunc("self", pointing(t, func() string { return "self" }), func(ctx context.Context) error { return handler(ctx) })
 	cc := directConn(t, n, "self")
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 
 	handler = func(context.Context) error {
 		if err := g.Enter(lease); err != nil {
@@ -119,7 +120,7 @@ func TestWrappedCoordinator(t *testing.T) {
 		return ownership.Stale(l.Token(), ownership.Token{Partition: l.Partition(), Epoch: l.Token().Epoch + 1, Owner: "intruder"})
 	})
 	r := n.router(w, nil)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testkit.Ctx(t, 20*time.Second)
 	_, err := put(ctx, r, "k")
 	if err == nil || victim == nil || w.leases == 0 {
 		t.Fatalf("put = %v; the handler's stale write must fail it", err)

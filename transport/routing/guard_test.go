@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 	pb "github.com/tenure-go/tenure/transport/ownershippb"
@@ -49,7 +50,7 @@ func TestGuardWithCoordinator(t *testing.T) {
 	s := n.guarded("solo", c)
 	s.fence, s.log = fence, newWriteLog()
 	cc := directConn(t, n, "solo")
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 
 	for _, key := range []string{"a", "b", "user-42", "\x00\xff"} {
 		if err := callWithKey(ctx, cc, key); err != nil {
@@ -77,7 +78,7 @@ func TestGuardRefusals(t *testing.T) {
 	}}
 	n.guarded("self", leases)
 	cc := directConn(t, n, "self")
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 
 	answer = notOwner("other", "other:1", 4)
 	err := callWithKey(ctx, cc, "k")
@@ -136,7 +137,7 @@ func TestGuardHandlerErrors(t *testing.T) {
 	var handler handlerFunc
 	n.serveFunc("self", leases, func(ctx context.Context) error { return handler(ctx) })
 	cc := directConn(t, n, "self")
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 
 	// The handler sees the lease.
 	handler = func(ctx context.Context) error {
@@ -197,7 +198,7 @@ func TestGuardStream(t *testing.T) {
 	lease := liveLease(t)
 	n.guarded("self", &fakeLeases{lease: func([]byte) (*ownership.Lease, error) { return lease, nil }})
 	cc := directConn(t, n, "self")
-	ctx := metadata.AppendToOutgoingContext(testCtx(t, 10*time.Second), transport.KeyMetadata, "k")
+	ctx := metadata.AppendToOutgoingContext(testkit.Ctx(t, 10*time.Second), transport.KeyMetadata, "k")
 	cs, err := cc.NewStream(ctx, repeatDesc, methodRepeat)
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +212,7 @@ func TestGuardStream(t *testing.T) {
 		t.Fatalf("stream: %q %v", got.GetValue(), err)
 	}
 	// Without a key, the stream is refused.
-	cs, err = cc.NewStream(testCtx(t, 10*time.Second), repeatDesc, methodRepeat)
+	cs, err = cc.NewStream(testkit.Ctx(t, 10*time.Second), repeatDesc, methodRepeat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +248,7 @@ func TestGuardNotOwnerTrailer(t *testing.T) {
 		return lease, nil
 	}})
 	cc := directConn(t, n, "a")
-	ctx := metadata.AppendToOutgoingContext(testCtx(t, 10*time.Second), transport.KeyMetadata, "k")
+	ctx := metadata.AppendToOutgoingContext(testkit.Ctx(t, 10*time.Second), transport.KeyMetadata, "k")
 
 	var trailer metadata.MD
 	err := cc.Invoke(ctx, methodPut, wrapperspb.Bytes(nil), new(wrapperspb.StringValue), grpc.Trailer(&trailer))

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tenure-go/tenure/coordinator"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ring"
 	"github.com/tenure-go/tenure/transport"
@@ -33,12 +34,6 @@ func TestMain(m *testing.M) {
 
 // testPartitions keeps clusters quick to converge.
 const testPartitions = 16
-
-func testCtx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // The test service, hand-described so the tests need no generated code:
 // tenure.transport.test.KV with
@@ -456,7 +451,7 @@ func singleNode(t testing.TB, serviceAddr string, fence ownership.Fence) *coordi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testkit.Ctx(t, 20*time.Second)
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

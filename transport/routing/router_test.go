@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 )
@@ -38,7 +39,7 @@ func TestRouterFollowsHint(t *testing.T) {
 	a := n.guarded("a", pointing(t, func() string { return "b" }))
 	b := n.guarded("b", pointing(t, func() string { return "self" }))
 	r := n.router(ownedBy("a", "b"), nil)
-	got, err := put(testCtx(t, 10*time.Second), r, "k")
+	got, err := put(testkit.Ctx(t, 10*time.Second), r, "k")
 	if err != nil || got != "b" {
 		t.Fatalf("put = %q %v, want b", got, err)
 	}
@@ -55,7 +56,7 @@ func TestRouterLoopGuard(t *testing.T) {
 	n.guarded("a", pointing(t, func() string { return "b" }))
 	n.guarded("b", pointing(t, func() string { return "a" }))
 	r := n.router(ownedBy("a", "b"), func(c *RouterConfig) { c.MaxAttempts = 3 })
-	_, err := put(testCtx(t, 10*time.Second), r, "k")
+	_, err := put(testkit.Ctx(t, 10*time.Second), r, "k")
 	if _, ok := transport.OwnerHint(err); !ok {
 		t.Fatalf("want the last not-owner answer, got %v", err)
 	}
@@ -74,11 +75,11 @@ func TestRouterMaxRedirects(t *testing.T) {
 	n.guarded("e", pointing(t, func() string { return "self" }))
 	members := []string{"b", "c", "d", "e"}
 	r := n.router(ownedBy("a", members...), func(c *RouterConfig) { c.MaxRedirects = 2; c.MaxAttempts = 1 })
-	if _, err := put(testCtx(t, 10*time.Second), r, "k"); status.Code(err) != codes.FailedPrecondition {
+	if _, err := put(testkit.Ctx(t, 10*time.Second), r, "k"); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("want FailedPrecondition after too many redirects, got %v", err)
 	}
 	r = n.router(ownedBy("a", members...), func(c *RouterConfig) { c.MaxRedirects = 4 })
-	if got, err := put(testCtx(t, 10*time.Second), r, "k"); err != nil || got != "e" {
+	if got, err := put(testkit.Ctx(t, 10*time.Second), r, "k"); err != nil || got != "e" {
 		t.Fatalf("4 redirects allowed: %q %v", got, err)
 	}
 }
@@ -94,7 +95,7 @@ func TestRouterWaitsOutHandoff(t *testing.T) {
 		return "self"
 	}))
 	r := n.router(&fakeOwners{addr: "a"}, nil)
-	got, err := put(testCtx(t, 10*time.Second), r, "k")
+	got, err := put(testkit.Ctx(t, 10*time.Second), r, "k")
 	if err != nil || got != "a" {
 		t.Fatalf("put = %q %v", got, err)
 	}
@@ -122,7 +123,7 @@ func TestRouterNeverMovesAKey(t *testing.T) {
 
 	// With a bounded number of attempts, the error is Unavailable.
 	r = n.router(owners, func(c *RouterConfig) { c.MaxAttempts = 2 })
-	if _, err := put(testCtx(t, 10*time.Second), r, "k"); status.Code(err) != codes.Unavailable {
+	if _, err := put(testkit.Ctx(t, 10*time.Second), r, "k"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("want Unavailable, got %v", err)
 	}
 
@@ -130,10 +131,10 @@ func TestRouterNeverMovesAKey(t *testing.T) {
 	r = n.router(owners, nil)
 	done := make(chan error, 1)
 	go func() {
-		_, err := put(testCtx(t, 10*time.Second), r, "k")
+		_, err := put(testkit.Ctx(t, 10*time.Second), r, "k")
 		done <- err
 	}()
-	tenuretest.WaitFor(testCtx(t, 10*time.Second), t, "a retry", func() bool { return r.Stats().Retries > 0 })
+	tenuretest.WaitFor(testkit.Ctx(t, 10*time.Second), t, "a retry", func() bool { return r.Stats().Retries > 0 })
 	owners.set("other")
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -146,7 +147,7 @@ func TestRouterNeverMovesAKey(t *testing.T) {
 func TestRouterNoOwner(t *testing.T) {
 	n := newBufNet(t)
 	r := n.router(&fakeOwners{err: errors.New("no members")}, func(c *RouterConfig) { c.MaxAttempts = 2 })
-	if _, err := put(testCtx(t, 10*time.Second), r, "k"); status.Code(err) != codes.Unavailable {
+	if _, err := put(testkit.Ctx(t, 10*time.Second), r, "k"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("want Unavailable, got %v", err)
 	}
 	if r.Stats().Retries != 2 {
@@ -158,7 +159,7 @@ func TestRouterBadCalls(t *testing.T) {
 	n := newBufNet(t)
 	n.guarded("a", pointing(t, func() string { return "self" }))
 	r := n.router(&fakeOwners{addr: "a"}, nil)
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 	out := new(wrapperspb.StringValue)
 	if err := r.Invoke(ctx, methodPut, wrapperspb.Bytes(nil), out); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("no key: %v", err)
@@ -216,7 +217,7 @@ func TestRouterConfigValidate(t *testing.T) {
 		}
 	}
 	// Without credentials, dialing fails clearly, and is not retried.
-	if _, err := put(testCtx(t, 5*time.Second), r, "k"); status.Code(err) != codes.Internal || r.Stats().Retries != 0 {
+	if _, err := put(testkit.Ctx(t, 5*time.Second), r, "k"); status.Code(err) != codes.Internal || r.Stats().Retries != 0 {
 		t.Fatalf("no credentials: %v", err)
 	}
 }
@@ -239,7 +240,7 @@ func TestRouterFollowsHintsOnlyToMembers(t *testing.T) {
 	}))
 	r := n.router(ownedBy("a"), func(c *RouterConfig) { c.MaxAttempts = 1 })
 	for i := range 20 {
-		if _, err := put(testCtx(t, 10*time.Second), r, "k"); status.Code(err) != codes.FailedPrecondition {
+		if _, err := put(testkit.Ctx(t, 10*time.Second), r, "k"); status.Code(err) != codes.FailedPrecondition {
 			t.Errorf("call %d: %v, want the not-owner answer", i, err)
 		}
 	}
@@ -274,7 +275,7 @@ func TestRouterExpectsTheMemberAtAHintsAddress(t *testing.T) {
 	owners := &fakeOwners{addr: "a"}
 	owners.setMembers("a", "b")
 	r := n.router(owners, func(cfg *RouterConfig) { cfg.MoveGrace = 20 * time.Millisecond })
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 	done := make(chan error, 1)
 	go func() {
 		_, err := put(ctx, r, "k")

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 )
@@ -111,7 +112,7 @@ func TestMutualTLS(t *testing.T) {
 		t.Cleanup(func() { _ = r.Close() })
 		return r
 	}
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 	if got, err := put(ctx, router(transport.ClientTLSConfig(pki.pool, &clientCert)), "k"); err != nil || got != "node" {
 		t.Fatalf("mTLS call: %q %v", got, err)
 	}

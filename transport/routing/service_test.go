@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/transport"
 	pb "github.com/tenure-go/tenure/transport/ownershippb"
@@ -22,7 +23,7 @@ func TestHealthReportsLeaving(t *testing.T) {
 	n := newBufNet(t)
 	n.serve("solo", func(s *grpc.Server) { h.Register(s) })
 	hc := healthgrpc.NewHealthClient(directConn(t, n, "solo"))
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testkit.Ctx(t, 20*time.Second)
 
 	for _, svc := range []string{"", "tenure.transport.test.KV"} {
 		resp, err := hc.Check(ctx, &healthgrpc.HealthCheckRequest{Service: svc})
@@ -55,7 +56,7 @@ func TestHealthReportsClose(t *testing.T) {
 	c := singleNode(t, "solo", nil)
 	h := NewHealth(c)
 	defer h.Close()
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 	if resp, _ := h.Check(ctx, &healthgrpc.HealthCheckRequest{}); resp.GetStatus() != healthgrpc.HealthCheckResponse_SERVING {
 		t.Fatal("not serving at start")
 	}
@@ -84,7 +85,7 @@ func TestOwnershipService(t *testing.T) {
 	}
 	n.serve("solo", func(s *grpc.Server) { svc.Register(s) }, g.ServerOptions()...)
 	oc := pb.NewOwnershipClient(directConn(t, n, "solo"))
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testkit.Ctx(t, 20*time.Second)
 
 	resp, err := oc.Lookup(ctx, &pb.LookupRequest{Key: []byte("user-42")})
 	if err != nil {
@@ -170,7 +171,7 @@ func TestOwnershipServiceBatches(t *testing.T) {
 	}
 	n := newBufNet(t)
 	n.serve("solo", func(s *grpc.Server) { svc.Register(s) })
-	w, err := pb.NewOwnershipClient(directConn(t, n, "solo")).Watch(testCtx(t, 10*time.Second), &pb.WatchRequest{})
+	w, err := pb.NewOwnershipClient(directConn(t, n, "solo")).Watch(testkit.Ctx(t, 10*time.Second), &pb.WatchRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

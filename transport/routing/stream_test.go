@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/transport"
 )
 
@@ -48,7 +49,7 @@ func TestRouterStreamReplays(t *testing.T) {
 		return "self"
 	}))
 	r := n.router(ownedBy("a", "b"), nil)
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 
 	got, err := count(ctx, t, r, 5)
 	if err != nil || got != "b:5" {
@@ -94,7 +95,7 @@ func TestRouterStreamReplayLimit(t *testing.T) {
 	n := newBufNet(t)
 	n.guarded("a", pointing(t, func() string { return "b" }))
 	n.guarded("b", pointing(t, func() string { return "self" }))
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.Ctx(t, 10*time.Second)
 
 	r := n.router(ownedBy("a", "b"), func(c *RouterConfig) { c.StreamReplay = 2 })
 	if _, err := count(ctx, t, r, 3); status.Code(err) != codes.FailedPrecondition {
@@ -114,11 +115,11 @@ func TestRouterStreamWaitsForOwner(t *testing.T) {
 	owners := &fakeOwners{addr: "dead"}
 	n.guarded("b", pointing(t, func() string { return "self" }))
 	r := n.router(owners, func(c *RouterConfig) { c.MaxAttempts = 2 })
-	if _, err := count(testCtx(t, 10*time.Second), t, r, 1); status.Code(err) != codes.Unavailable {
+	if _, err := count(testkit.Ctx(t, 10*time.Second), t, r, 1); status.Code(err) != codes.Unavailable {
 		t.Fatalf("dead owner: %v", err)
 	}
 	owners.set("b")
-	if got, err := count(testCtx(t, 10*time.Second), t, r, 1); err != nil || got != "b:1" {
+	if got, err := count(testkit.Ctx(t, 10*time.Second), t, r, 1); err != nil || got != "b:1" {
 		t.Fatalf("live owner: %q %v", got, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	pb "github.com/tenure-go/tenure/transport/ownershippb"
 )
@@ -46,7 +47,7 @@ func startWatch(t *testing.T, src OwnershipSource) (grpc.ServerStreamingClient[p
 	}
 	n := newBufNet(t)
 	n.serve("solo", func(s *grpc.Server) { svc.Register(s) })
-	w, err := pb.NewOwnershipClient(directConn(t, n, "solo")).Watch(testCtx(t, 20*time.Second), &pb.WatchRequest{})
+	w, err := pb.NewOwnershipClient(directConn(t, n, "solo")).Watch(testkit.Ctx(t, 20*time.Second), &pb.WatchRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func startWatch(t *testing.T, src OwnershipSource) (grpc.ServerStreamingClient[p
 // re-read whole at every poll.
 func TestWatchReadsOnlyChanges(t *testing.T) {
 	c := singleNode(t, "solo", nil)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testkit.Ctx(t, 20*time.Second)
 
 	plain := &countingSource{OwnershipSource: c}
 	startWatch(t, plain)
@@ -92,7 +93,7 @@ func TestWatchFollowsJoinByDeltas(t *testing.T) {
 	a := singleNode(t, "svc-a", nil)
 	src := &deltaSource{countingSource: &countingSource{OwnershipSource: a}, deltas: a}
 	w, owners := startWatch(t, src)
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testkit.Ctx(t, 30*time.Second)
 
 	cfg := coordConfig("b")
 	cfg.ServiceAddr = "svc-b"

@@ -9,16 +9,15 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/coordinator/worker"
+	"github.com/tenure-go/tenure/coordinator/worker/internal/consumertest"
 	"github.com/tenure-go/tenure/coordinator/worker/natssource"
 	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ownership"
@@ -205,84 +204,18 @@ func (b *broker) check(ctx context.Context, t *testing.T) worker.Report {
 	return worker.Check(b.produced, applied)
 }
 
-// hold blocks a node's batches after they are read and before they are
-// committed while it is frozen: the handler side of a paused process.
-type hold struct {
-	mu      sync.Mutex
-	frozen  chan struct{} // nil: not frozen
-	blocked atomic.Int32  // batches waiting now
-}
-
-func (h *hold) freeze() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.frozen = make(chan struct{})
-}
-
-func (h *hold) thaw() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.frozen != nil {
-		close(h.frozen)
-		h.frozen = nil
-	}
-}
-
-func (h *hold) wait() {
-	h.mu.Lock()
-	ch := h.frozen
-	h.mu.Unlock()
-	if ch != nil {
-		h.blocked.Add(1)
-		<-ch // not the batch's ctx: a stopped process does not notice either
-		h.blocked.Add(-1)
-	}
-}
-
-// consumers is a tenuretest cluster whose nodes run a Runtime each on a
-// Source of the broker.
-type consumers struct {
-	cl    *tenuretest.Cluster
-	mu    sync.Mutex
-	rts   map[string]*worker.Runtime // the latest of each node
-	all   []*worker.Runtime          // every one, to close
-	holds map[string]*hold
-}
-
-func startConsumers(t *testing.T, ctx context.Context, b *broker, nodes, batch int) *consumers {
+// startConsumers starts nodes consumers of b, each a Runtime on a Source
+// of the broker, its batches waiting at the node's Hold.
+func startConsumers(t *testing.T, ctx context.Context, b *broker, nodes, batch int) *consumertest.Consumers {
 	t.Helper()
-	cs := &consumers{rts: map[string]*worker.Runtime{}, holds: map[string]*hold{}}
-	for i := range nodes {
-		cs.holds[fmt.Sprintf("node-%d", i)] = &hold{}
-	}
-	cl, err := tenuretest.Start(ctx, tenuretest.Config{
-		Nodes:      nodes,
-		Partitions: b.parts,
-		Fence:      b.fence,
-		Handler: func(name string) coordinator.Handler {
-			rt, err := newRuntime(b, batch, cs.holds[name])
-			if err != nil {
-				panic(err) // a test bug: the config is the test's
-			}
-			cs.mu.Lock()
-			defer cs.mu.Unlock()
-			cs.rts[name] = rt
-			cs.all = append(cs.all, rt)
-			return rt
-		},
-		Bind: func(name string, c *coordinator.Coordinator) { cs.rt(name).Bind(c) },
+	return consumertest.Start(t, ctx, tenuretest.Config{Nodes: nodes, Partitions: b.parts, Fence: b.fence}, func(h *consumertest.Hold) (*worker.Runtime, error) {
+		return newRuntime(b, batch, h)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs.cl = cl
-	t.Cleanup(cs.close)
-	return cs
 }
 
 // newRuntime is a node's consumer: a Source whose batches wait at h
 // between the fetch and the commit.
-func newRuntime(b *broker, batch int, h *hold) (*worker.Runtime, error) {
+func newRuntime(b *broker, batch int, h *consumertest.Hold) (*worker.Runtime, error) {
 	src, err := natssource.New(natssource.Config{
 		Stream: b.stream, Prefix: b.prefix, DB: b.db, Fence: b.fence, Offsets: b.offsets, Batch: batch,
 		Apply: apply,
@@ -300,27 +233,8 @@ func newRuntime(b *broker, batch int, h *hold) (*worker.Runtime, error) {
 			if err != nil || len(bt.Msgs) == 0 {
 				return 0, err
 			}
-			h.wait()
+			h.Wait()
 			return len(bt.Msgs), src.Commit(ctx, lease, bt)
 		},
 	})
-}
-
-func (cs *consumers) rt(name string) *worker.Runtime {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	return cs.rts[name]
-}
-
-func (cs *consumers) close() {
-	for _, h := range cs.holds {
-		h.thaw()
-	}
-	cs.cl.Close()
-	cs.mu.Lock()
-	all := cs.all
-	cs.mu.Unlock()
-	for _, rt := range all {
-		rt.Close()
-	}
 }

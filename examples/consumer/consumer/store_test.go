@@ -7,19 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/fencetest"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func tok(p uint32, epoch uint64, owner string) ownership.Token {
-	return ownership.Token{Partition: p, Epoch: epoch, Owner: owner, Incarnation: 1}
-}
 
 // The store's contract on both engines: offsets are dense per partition, a
 // batch reads from the committed offset, a commit under the fenced token
@@ -36,7 +28,7 @@ func TestStore(t *testing.T) {
 	}
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := testkit.Ctx(t, 30*time.Second)
 			s := newStore(t, e.open(t), e.d)
 			got, err := s.Append(ctx,
 				Event{Partition: 1, Key: "a", Amount: 10},
@@ -50,7 +42,7 @@ func TestStore(t *testing.T) {
 				t.Fatalf("offsets %v, want [0 0 1 2]", offs)
 			}
 
-			old, next := tok(1, 1, "x"), tok(1, 2, "y")
+			old, next := fencetest.Tok(1, 1, "x", 1), fencetest.Tok(1, 2, "y", 1)
 			if _, err := s.Fence().Fence(ctx, old); err != nil {
 				t.Fatal(err)
 			}
@@ -83,7 +75,7 @@ func TestStore(t *testing.T) {
 			if err == nil {
 				err = s.Commit(ctx, b)
 			}
-			p2 := tok(2, 1, "x")
+			p2 := fencetest.Tok(2, 1, "x", 1)
 			if _, err := s.Fence().Fence(ctx, p2); err != nil {
 				t.Fatal(err)
 			}
@@ -159,12 +151,12 @@ func TestInDoubtCommitNotAppliedTwice(t *testing.T) {
 		d    sqlfence.Dialect
 	}{{"sqlite", openSQLite, sqlfence.SQLite()}, {"postgres", openPostgres, sqlfence.Postgres()}} {
 		t.Run(e.name, func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := testkit.Ctx(t, 30*time.Second)
 			s := newStore(t, e.open(t), e.d)
 			if _, err := s.Append(ctx, Event{Partition: 1, Key: "a", Amount: 10}, Event{Partition: 1, Key: "a", Amount: 5}); err != nil {
 				t.Fatal(err)
 			}
-			owner := tok(1, 1, "x")
+			owner := fencetest.Tok(1, 1, "x", 1)
 			if _, err := s.Fence().Fence(ctx, owner); err != nil {
 				t.Fatal(err)
 			}
