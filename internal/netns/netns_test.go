@@ -50,13 +50,7 @@ func echo(t *testing.T, n *Net, node string) string {
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
 		return err
 	}
-	var err error
-	if node == "" {
-		err = listen()
-	} else {
-		err = n.Do(node, listen)
-	}
-	if err != nil {
+	if err := inNode(n, node, listen); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -76,6 +70,14 @@ func echo(t *testing.T, n *Net, node string) string {
 	return ln.Addr().String()
 }
 
+// inNode runs f in node's namespace, or in the host's for node "".
+func inNode(n *Net, node string, f func() error) error {
+	if node == "" {
+		return f()
+	}
+	return n.Do(node, f)
+}
+
 // exchange dials addr from node's namespace (the host's, node "") and has
 // a byte echoed back within timeout.
 func exchange(n *Net, node, addr string, timeout time.Duration) error {
@@ -84,13 +86,7 @@ func exchange(n *Net, node, addr string, timeout time.Duration) error {
 		c, err = net.DialTimeout("tcp", addr, timeout)
 		return err
 	}
-	var err error
-	if node == "" {
-		err = dial()
-	} else {
-		err = n.Do(node, dial)
-	}
-	if err != nil {
+	if err := inNode(n, node, dial); err != nil {
 		return err
 	}
 	defer c.Close()

@@ -125,22 +125,7 @@ func TestBatcherLostCommitAnswerIsUnknownForAll(t *testing.T) {
 			}
 			// Cut the proxy's connections as soon as the batch's rows are
 			// visible directly: its commit's answer is still in the proxy.
-			cut := make(chan error, 1)
-			go func() {
-				tick := time.NewTicker(2 * time.Millisecond)
-				defer tick.Stop()
-				for len(r.rowsOrNil(ctx)) < 4 {
-					select {
-					case <-tick.C:
-					case <-ctx.Done():
-						proxy.Close()
-						cut <- ctx.Err()
-						return
-					}
-				}
-				proxy.Close()
-				cut <- nil
-			}()
+			cut := closeWhen(ctx, proxy, func() bool { return len(r.rowsOrNil(ctx)) >= 4 })
 			release()
 			if o := get(t, first); o.err != nil {
 				t.Fatal(o.err)

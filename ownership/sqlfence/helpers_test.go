@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"io"
 	"iter"
 	"testing"
 	"time"
@@ -133,4 +134,27 @@ func newFenceTable(t testing.TB, db *sql.DB, d sqlfence.Dialect, cfg sqlfence.Co
 		t.Fatalf("CreateSchema: %v", err)
 	}
 	return f, table
+}
+
+// closeWhen closes c (a proxy between a test and its database) once done
+// reports true, checking every 2 ms: a commit visible directly while its
+// answer is still in the proxy loses that answer. The channel gets nil
+// then, or ctx's error if ctx ends first (c is closed either way).
+func closeWhen(ctx context.Context, c io.Closer, done func() bool) <-chan error {
+	cut := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		var err error
+		for err == nil && !done() {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+		c.Close()
+		cut <- err
+	}()
+	return cut
 }

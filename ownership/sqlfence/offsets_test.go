@@ -193,25 +193,10 @@ func TestOffsetsInDoubtCommit(t *testing.T) {
 
 	// Cut every proxied connection as soon as the commit is visible
 	// directly: its reply is still in the proxy.
-	cut := make(chan error, 1)
-	go func() {
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if cur, err := x.offsets.Get(ctx, direct, 7); err == nil && cur == 4 {
-				break
-			}
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-				proxy.Close()
-				cut <- ctx.Err()
-				return
-			}
-		}
-		proxy.Close()
-		cut <- nil
-	}()
+	cut := closeWhen(ctx, proxy, func() bool {
+		cur, err := x.offsets.Get(ctx, direct, 7)
+		return err == nil && cur == 4
+	})
 	err = x.offsets.Commit(ctx, slowFence, token, 0, 4, x.apply(ctx, 7, 0, 4))
 	if perr := <-cut; perr != nil {
 		t.Fatalf("the commit never landed: %v (Commit: %v)", perr, err)
