@@ -16,7 +16,7 @@ const (
 	EventMemberJoined EventKind = iota + 1 // Node entered the table
 	EventMemberLeft                        // Node left the table (left or failed)
 	EventAcquired                          // this node now owns Partition under Token
-	EventReleased                          // this node's lease on Partition ended
+	EventLeaseEnded                        // this node's lease on Partition ended, for any Cause
 	EventLeaving                           // this node started a graceful Leave
 	// EventHolderChanged: this node learned a new holder of Partition
 	// (Node, under Token), from gossip or its own claim; Node is "" when
@@ -29,7 +29,14 @@ const (
 	EventMemberLeaving
 )
 
-var eventNames = [...]string{"", "member-joined", "member-left", "acquired", "released", "leaving", "holder-changed", "member-leaving"}
+// EventReleased is EventLeaseEnded's old name. It reports any end of a
+// lease, not only a release (a planned handoff), which is why it was
+// renamed.
+//
+// Deprecated: use EventLeaseEnded.
+const EventReleased = EventLeaseEnded
+
+var eventNames = [...]string{"", "member-joined", "member-left", "acquired", "lease-ended", "leaving", "holder-changed", "member-leaving"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -45,7 +52,7 @@ type Event struct {
 	Partition uint32
 	Token     ownership.Token
 	Time      time.Time
-	// Cause, for EventReleased: why the lease ended (it wraps
+	// Cause, for EventLeaseEnded: why the lease ended (it wraps
 	// ownership.ErrLeaseEnded; ownership.ErrLeaseReleased for a handoff).
 	Cause error
 }

@@ -428,7 +428,7 @@ func (l *loop) perform() {
 			if l.leases.end(a.Token, a.Cause) {
 				now := c.cfg.Clock.Now()
 				c.log.Debug("lease ended", "token", a.Token, "cause", causeText(a.Cause))
-				c.subs.publish(Event{Kind: EventReleased, Node: c.cfg.Name, Partition: a.Partition, Token: a.Token, Time: now, Cause: a.Cause})
+				c.subs.publish(Event{Kind: EventLeaseEnded, Node: c.cfg.Name, Partition: a.Partition, Token: a.Token, Time: now, Cause: a.Cause})
 			}
 		case machine.ActPublish:
 			cl := gossip.Claim{Token: a.Token, Released: a.Released}

@@ -103,7 +103,7 @@ func scaleLeave(ctx context.Context, t *testing.T, nodes []*Coordinator, fence *
 		select {
 		case e, ok := <-released:
 			drained = !ok // closed with the coordinator
-			if ok && e.Kind == EventReleased {
+			if ok && e.Kind == EventLeaseEnded {
 				rel[e.Partition] = e.Time
 			}
 		default:

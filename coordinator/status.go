@@ -191,7 +191,7 @@ func (c *Coordinator) Status() Status {
 		s.Members = append(s.Members, MemberStatus{
 			Name: name, GossipAddr: m.GossipAddr, ServiceAddr: m.ServiceAddr,
 			Incarnation: hex16(m.Incarnation), Self: name == c.self.Name,
-			Held: held[name], RingShare: t.Load(name),
+			Held: held[name], RingShare: t.Share(name),
 			FairShare: float64(t.Partitions()) / float64(len(names)),
 		})
 	}

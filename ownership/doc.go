@@ -52,8 +52,10 @@
 //     handoff after the drain), resigned, superseded, no quorum, not fenced,
 //     timeout, or failed (fencing or the handler's Acquire failed). Only a
 //     planned handoff is a release; a claim's Released flag gossips it.
-//     (coordinator.EventReleased still reports any end, under its old
-//     name.)
+//     coordinator.EventLeaseEnded reports any end, with its cause
+//     (EventReleased is its deprecated old name).
+//   - A member's share is how many partitions the ring gives it
+//     (ring.Table.Share); "load" is kept for the work a partition costs.
 //   - The stable membership is the member set a node counts its quorum
 //     against (package ownership/quorum); a quorum is more than half of it.
 //   - Error messages start with their package's name (Go's convention).

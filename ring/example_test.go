@@ -15,7 +15,7 @@ func ExampleNew() {
 	partition, owner := table.LookupString("user:42")
 	fmt.Println(partition, owner)
 	fmt.Println(table.Members(), table.Partitions())
-	fmt.Println(table.Load("node-a")+table.Load("node-b")+table.Load("node-c") == table.Partitions())
+	fmt.Println(table.Share("node-a")+table.Share("node-b")+table.Share("node-c") == table.Partitions())
 	// Output:
 	// 195 node-a
 	// [node-a node-b node-c] 271

@@ -32,7 +32,7 @@ func movementFigures(t *testing.T, cfg Config, sets int, seed uint64) (join, lea
 		leave += moved(ten, build(slices.Delete(slices.Clone(names[:10]), k, k+1))) * 10
 		busiest := 0
 		for _, m := range names[:10] {
-			busiest = max(busiest, ten.Load(m))
+			busiest = max(busiest, ten.Share(m))
 		}
 		ratio := float64(busiest) / (float64(cfg.Partitions) / 10)
 		maxOverAvg += ratio

@@ -160,8 +160,8 @@ func checkTable(t *testing.T, tab *Table, members []string, cfg Config) {
 	}
 	total := 0
 	for _, m := range want {
-		if tab.Load(m) != counts[m] {
-			t.Fatalf("Load(%q) = %d, counted %d", m, tab.Load(m), counts[m])
+		if tab.Share(m) != counts[m] {
+			t.Fatalf("Share(%q) = %d, counted %d", m, tab.Share(m), counts[m])
 		}
 		if float64(counts[m]) > limit {
 			t.Fatalf("member %q owns %d partitions, bound is %v", m, counts[m], limit)

@@ -208,7 +208,7 @@ func TestNilTable(t *testing.T) {
 	}
 	if tab.Partition(nil) != 0 || tab.PartitionString("") != 0 || tab.Partitions() != 0 || tab.Len() != 0 ||
 		tab.Owner(0) != "" || tab.Replicas(0, 1) != nil || tab.Members() != nil || tab.Has("a") ||
-		tab.Load("a") != 0 || tab.PartitionsOf("a") != nil || tab.Config() != (Config{}) || tab.Fingerprint() != 0 {
+		tab.Share("a") != 0 || tab.PartitionsOf("a") != nil || tab.Config() != (Config{}) || tab.Fingerprint() != 0 {
 		t.Fatal("nil Table is not empty")
 	}
 }
@@ -226,12 +226,12 @@ func TestOutOfRangeAndUnknown(t *testing.T) {
 	if tab.Replicas(0, 0) != nil || tab.Replicas(0, -1) != nil {
 		t.Error("Replicas with n < 1 is not nil")
 	}
-	if tab.Has("c") || tab.Load("c") != 0 || tab.PartitionsOf("c") != nil {
+	if tab.Has("c") || tab.Share("c") != 0 || tab.PartitionsOf("c") != nil {
 		t.Error("unknown member reported present")
 	}
 	// Load 1 with 2 members and 5 partitions: bound ceil(2.5) = 3.
-	if tab.Load("a")+tab.Load("b") != 5 || max(tab.Load("a"), tab.Load("b")) != 3 {
-		t.Errorf("loads %d %d, want 3 and 2", tab.Load("a"), tab.Load("b"))
+	if tab.Share("a")+tab.Share("b") != 5 || max(tab.Share("a"), tab.Share("b")) != 3 {
+		t.Errorf("loads %d %d, want 3 and 2", tab.Share("a"), tab.Share("b"))
 	}
 }
 
@@ -331,13 +331,13 @@ func TestMoreMembersThanPartitions(t *testing.T) {
 	owners := map[string]bool{}
 	idle := 0
 	for _, m := range members {
-		switch tab.Load(m) {
+		switch tab.Share(m) {
 		case 0:
 			idle++
 		case 1:
 			owners[m] = true
 		default:
-			t.Fatalf("%q owns %d partitions, bound is 1", m, tab.Load(m))
+			t.Fatalf("%q owns %d partitions, bound is 1", m, tab.Share(m))
 		}
 	}
 	if len(owners) != 3 || idle != 7 {
@@ -372,7 +372,7 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 	allocs := testing.AllocsPerRun(200, func() {
 		p, o := tab.Lookup(key)
 		q, _ := tab.LookupString(skey)
-		sink += int(p+q+tab.Partition(key)+tab.PartitionString(skey)) + len(o) + len(tab.Owner(p)) + tab.Load(o)
+		sink += int(p+q+tab.Partition(key)+tab.PartitionString(skey)) + len(o) + len(tab.Owner(p)) + tab.Share(o)
 		if tab.Has(o) {
 			sink++
 		}
@@ -410,5 +410,18 @@ func TestHashCollisionGoesToLastAddedMember(t *testing.T) {
 	want := []point{{1, 0}, {5, 3}, {5, 3}, {5, 3}, {9, 2}, {9, 2}}
 	if !slices.Equal(ring, want) {
 		t.Fatalf("got %v, want %v", ring, want)
+	}
+}
+
+// TestLoadIsShare holds the deprecated Table.Load to Share.
+func TestLoadIsShare(t *testing.T) {
+	tab, err := New([]string{"a", "b", "c"}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"a", "b", "c", "d"} {
+		if tab.Load(m) != tab.Share(m) {
+			t.Errorf("Load(%q) = %d, Share = %d", m, tab.Load(m), tab.Share(m))
+		}
 	}
 }

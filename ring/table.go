@@ -355,13 +355,20 @@ func (t *Table) Has(member string) bool {
 	return ok
 }
 
-// Load returns the number of partitions member owns, 0 if it is not a member.
-func (t *Table) Load(member string) int {
+// Share returns the number of partitions member owns, 0 if it is not a
+// member: its share of the ring, in partitions. (It is not a load in the
+// sense of work done; the ring knows nothing of that.)
+func (t *Table) Share(member string) int {
 	if m, ok := t.index(member); ok {
 		return t.loads[m]
 	}
 	return 0
 }
+
+// Load returns the number of partitions member owns.
+//
+// Deprecated: use Share. "Load" is kept for the work a partition costs.
+func (t *Table) Load(member string) int { return t.Share(member) }
 
 // PartitionsOf returns the partitions member owns, in ascending order; nil if
 // it owns none. The caller owns the returned slice.

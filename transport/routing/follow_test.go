@@ -309,7 +309,7 @@ func TestRouterRechecksLateAttempts(t *testing.T) {
 	owners.mu.Lock()
 	owners.members = owners.members[1:] // "old" left, unannounced
 	owners.mu.Unlock()
-	owners.event(coordinator.Event{Kind: coordinator.EventReleased})
+	owners.event(coordinator.Event{Kind: coordinator.EventLeaseEnded})
 	tenuretest.WaitFor(ctx, t, "the attempt at old to be cancelled", func() bool { return b.ctx.Err() != nil })
 }
 
