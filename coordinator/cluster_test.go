@@ -183,18 +183,8 @@ func (tc *testCluster) waitConverged(ctx context.Context) {
 // a partition).
 func (tc *testCluster) waitConvergedAmong(ctx context.Context, nodes []*testNode) {
 	tc.t.Helper()
-	lag := slowtest.Lag{Interval: 10 * time.Millisecond}
-	for {
-		err := tc.checkConverged(nodes)
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			tc.t.Fatal(slowtest.TimedOut(fmt.Sprintf("the cluster to converge (%v)", err), ctx.Err(), &lag))
-		case now := <-time.After(lag.Interval):
-			lag.Tick(now)
-		}
+	if err := testkit.Check(ctx, func() error { return tc.checkConverged(nodes) }); err != nil {
+		tc.t.Fatalf("waiting for the cluster to converge: %v", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -20,18 +21,40 @@ func Ctx(t testing.TB, d time.Duration) context.Context {
 // Poll checks cond every 10 ms until it holds, or returns ctx's error
 // with how busy the machine was and how late the polling ran.
 func Poll(ctx context.Context, cond func() bool) error {
+	return Check(ctx, func() error {
+		if cond() {
+			return nil
+		}
+		return errPending
+	})
+}
+
+// errPending is Poll's condition not holding yet: it says nothing more.
+var errPending = errors.New("pending")
+
+// Check is Poll for a condition that says why it does not hold: it calls
+// check every 10 ms until it returns nil, or returns ctx's error with
+// check's last error, how busy the machine was and how late the polling ran.
+func Check(ctx context.Context, check func() error) error {
 	lag := slowtest.Lag{Interval: 10 * time.Millisecond}
 	tick := time.NewTicker(lag.Interval)
 	defer tick.Stop()
-	for !cond() {
+	for {
+		last := check()
+		if last == nil {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (machine: %s; polling ran up to %v late)", ctx.Err(), slowtest.Describe(), lag.Max().Round(time.Millisecond))
+			why := ""
+			if last != errPending {
+				why = fmt.Sprintf(", last: %v", last)
+			}
+			return fmt.Errorf("%w%s (machine: %s; polling ran up to %v late)", ctx.Err(), why, slowtest.Describe(), lag.Max().Round(time.Millisecond))
 		case now := <-tick.C:
 			lag.Tick(now)
 		}
 	}
-	return nil
 }
 
 // WaitFor is Poll for a test: it waits until cond holds and fails t with

@@ -2,6 +2,7 @@ package testkit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -60,5 +61,32 @@ func TestCtx(t *testing.T) {
 	})
 	if ctx.Err() != context.Canceled {
 		t.Errorf("after its test: Ctx's error %v, want %v", ctx.Err(), context.Canceled)
+	}
+}
+
+// Check returns nil once its check does, and otherwise the context's
+// error with the check's last error and the machine's description.
+func TestCheck(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n := 0
+	if err := testkit.Check(ctx, func() error {
+		if n++; n < 3 {
+			return fmt.Errorf("only %d", n)
+		}
+		return nil
+	}); err != nil || n != 3 {
+		t.Fatalf("after %d checks: %v", n, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	err := testkit.Check(short, func() error { return fmt.Errorf("still %d", 7) })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Check after its deadline: %v, want %v", err, context.DeadlineExceeded)
+	}
+	for _, want := range []string{"last: still 7", "(machine: ", "polling ran up to"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("Check failed with %q, want it to say %q", err, want)
+		}
 	}
 }
