@@ -94,9 +94,3 @@ func (l *Lag) Tick(now time.Time) {
 
 // Max is the longest a turn came late.
 func (l *Lag) Max() time.Duration { return l.max }
-
-// TimedOut is the message of a wait for what that ended with err (the
-// context's): the wait, the machine's load and the loop's lag.
-func TimedOut(what string, err error, lag *Lag) string {
-	return fmt.Sprintf("waiting for %s: %v; machine: %s; the waiting loop ran up to %v late", what, err, Describe(), lag.Max().Round(time.Millisecond))
-}
