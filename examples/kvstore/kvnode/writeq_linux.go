@@ -55,12 +55,12 @@ func openCrossQueue(path string) (*crossQueue, error) {
 // for it. If ctx ends first, acquire returns ctx's error and its place is
 // given up only once the writer ahead is done, so the order holds. If
 // the queue file fails, acquire returns without a turn.
-func (q *crossQueue) acquire(ctx context.Context) (release func(), err error) {
+func (q *crossQueue) acquire(ctx context.Context) (func(), error) {
 	t, ok := q.ticket()
 	if !ok {
 		return func() {}, nil
 	}
-	release = func() { _ = lock(q.self, unix.F_UNLCK, slotBase+t, false) }
+	release := func() { _ = lock(q.self, unix.F_UNLCK, slotBase+t, false) }
 	if t == 0 || lock(q.wait, unix.F_WRLCK, slotBase+t-1, false) == nil {
 		if t > 0 {
 			_ = lock(q.wait, unix.F_UNLCK, slotBase+t-1, false)
