@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tenure-go/tenure/internal/testkit"
 )
 
@@ -54,6 +56,15 @@ func TestWriteQueueWaiterGivesUpItsPlace(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("the writer behind the one that gave up: %v", err)
 	}
+	// The place given up is free: nobody holds the second ticket's slot.
+	f, err := os.OpenFile(path+"-queue", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := lock(f, unix.F_WRLCK, slotBase+1, false); err != nil {
+		t.Fatalf("the place of the writer that gave up is still held: %v", err)
+	}
 	// The local FIFO is free again in each queue.
 	for i, q := range qs {
 		release, err := q.acquire(ctx)
@@ -62,6 +73,34 @@ func TestWriteQueueWaiterGivesUpItsPlace(t *testing.T) {
 		}
 		release()
 	}
+}
+
+// TestWriteQueuePassesAStalledWriter: a writer ahead that keeps its turn
+// (a process stopped mid-turn) holds the one behind it for patience, not
+// for ever: the queue goes on to SQLite's busy handler, which decides.
+func TestWriteQueuePassesAStalledWriter(t *testing.T) {
+	ctx := testkit.Ctx(t, time.Minute)
+	path := filepath.Join(t.TempDir(), "kv.db")
+	stalled, err := newWriteQueue(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stalled.Close() })
+	next, err := newWriteQueue(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { next.Close() })
+	held, err := stalled.acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held()
+	release, err := next.acquire(ctx)
+	if err != nil {
+		t.Fatalf("the writer behind a stalled one: %v", err)
+	}
+	release()
 }
 
 // waitQueued waits until n tickets of the queue at path were drawn.
