@@ -32,6 +32,14 @@ import (
 type writeQueue struct {
 	local fifo
 	cross *crossQueue // nil: no queue between processes
+
+	// The process's turn in the file's queue, while it lasts: it passes
+	// from one local writer to the next (a burst) while they wait, up to
+	// maxBurst writers and maxHold, so that a busy node needs fewer
+	// hand-offs between processes. Only the holder of local uses them.
+	crossEnd func()
+	burst    int
+	since    time.Time
 }
 
 // patience bounds how long a writer waits for the writer ahead of it in
@@ -40,6 +48,17 @@ type writeQueue struct {
 // a debugger) mid-turn: after patience the writer goes on to SQLite's own
 // busy handler, as without the queue, and the queue behind it moves again.
 const patience = 500 * time.Millisecond
+
+// A process keeps its turn in the file's queue for at most maxBurst
+// writers of its own in a row, and passes it on to no new writer of its
+// own after maxHold. A hand-off between processes waits for the next
+// process to be scheduled, which on a loaded machine takes milliseconds;
+// one per write made the queue slower than the busy handler. So a writer
+// waits for at most one burst of each other process.
+const (
+	maxBurst = 8
+	maxHold  = 20 * time.Millisecond
+)
 
 // newWriteQueue returns the queue of the SQLite file at dataPath; the
 // caller closes it.
@@ -57,15 +76,31 @@ func (q *writeQueue) acquire(ctx context.Context) (release func(), err error) {
 	if err := q.local.lock(ctx); err != nil {
 		return nil, err
 	}
-	end := func() {}
-	if q.cross != nil {
-		if end, err = q.cross.acquire(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
+		q.end()
+		return nil, err
+	}
+	if q.cross != nil && q.crossEnd == nil {
+		end, err := q.cross.acquire(ctx)
+		if err != nil {
 			q.local.unlock()
 			return nil, err
 		}
+		q.crossEnd, q.burst, q.since = end, 0, time.Now()
 	}
+	q.burst++
 	var once sync.Once
-	return func() { once.Do(func() { end(); q.local.unlock() }) }, nil
+	return func() { once.Do(q.end) }, nil
+}
+
+// end ends the local holder's turn, and the process's turn in the file's
+// queue unless it passes to the next local writer.
+func (q *writeQueue) end() {
+	if q.crossEnd != nil && (q.burst >= maxBurst || time.Since(q.since) >= maxHold || !q.local.waiting()) {
+		q.crossEnd()
+		q.crossEnd = nil
+	}
+	q.local.unlock()
 }
 
 // Close closes the queue's file, which ends its turns between processes.
@@ -84,6 +119,9 @@ type fifo struct {
 	waiters []chan struct{}
 }
 
+// lock waits for the mutex. It returns ctx's error if ctx ended first;
+// if the mutex was handed over as ctx ended, lock returns nil: the caller
+// holds it and sees ctx ended.
 func (f *fifo) lock(ctx context.Context) error {
 	f.mu.Lock()
 	if !f.held {
@@ -100,16 +138,21 @@ func (f *fifo) lock(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	for i, w := range f.waiters {
 		if w == ch {
 			f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
-			f.mu.Unlock()
 			return ctx.Err()
 		}
 	}
-	f.mu.Unlock()
-	f.unlock() // handed to us as ctx ended: pass it on
-	return ctx.Err()
+	return nil // handed to us as ctx ended
+}
+
+// waiting reports whether a writer waits for the mutex.
+func (f *fifo) waiting() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.waiters) > 0
 }
 
 func (f *fifo) unlock() {

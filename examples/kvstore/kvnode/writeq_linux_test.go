@@ -79,7 +79,7 @@ func TestWriteQueueWaiterGivesUpItsPlace(t *testing.T) {
 // (a process stopped mid-turn) holds the one behind it for patience, not
 // for ever: the queue goes on to SQLite's busy handler, which decides.
 func TestWriteQueuePassesAStalledWriter(t *testing.T) {
-	ctx := testkit.Ctx(t, time.Minute)
+	ctx := testkit.Ctx(t, 10*time.Second)
 	path := filepath.Join(t.TempDir(), "kv.db")
 	stalled, err := newWriteQueue(path)
 	if err != nil {
