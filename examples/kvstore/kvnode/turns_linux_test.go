@@ -15,7 +15,8 @@ import (
 	"github.com/tenure-go/tenure/ownership/sqlfence"
 )
 
-// TestSQLiteClaimWaitsItsTurn is issue 20's starvation on a small scale:
+// TestSQLiteClaimWaitsItsTurn (Linux, where the queue between processes
+// is) is issue 20's starvation on a small scale:
 // writers (each its own database handle, as each node process has one)
 // commit fenced transactions into one SQLite file in a loop, and another
 // handle claims a partition, as a new owner does, again and again. With
