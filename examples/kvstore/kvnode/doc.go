@@ -49,7 +49,12 @@
 //
 // By default a SQLite file (modernc.org/sqlite, WAL mode, busy timeout)
 // shared by the nodes of one machine; with a DSN, PostgreSQL (pgx) for
-// nodes on several machines. The tables are created if missing:
+// nodes on several machines. SQLite keeps no queue for its write lock, so
+// the nodes' writers take turns, first come first served, in a queue of
+// byte-range locks on the file PATH-queue beside the database (Linux; a
+// node keeps its turn for a short burst of its own writes): a new owner's
+// claim waits for each other node's turn once, not for a gap in their
+// commits. The tables are created if missing:
 //
 //	tenure_partitions  the fence: each partition's highest token
 //	kv                 key TEXT PRIMARY KEY, value, partition, epoch

@@ -13,7 +13,7 @@ import (
 	// imports none: the program chooses.
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
-	_ "modernc.org/sqlite"
+	"modernc.org/sqlite"
 
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/sqlfence"
@@ -33,8 +33,10 @@ const sqliteBusyTimeout = 10 * time.Second
 
 // OpenDB opens the database every node shares: PostgreSQL through pgx when
 // dsn is set, else the SQLite file at dataPath in WAL mode with a busy
-// timeout, so several processes on one machine can use it at once. It
-// creates nothing; the caller closes the database.
+// timeout, so several processes on one machine can use it at once, their
+// writers taking turns in the order they came (a queue in the file
+// dataPath+"-queue", on Linux). It creates nothing but that file; the
+// caller closes the database.
 func OpenDB(dataPath, dsn string) (*sql.DB, error) {
 	db, _, err := openDB(dataPath, dsn)
 	return db, err
@@ -56,12 +58,18 @@ func openDB(dataPath, dsn string) (*sql.DB, sqlfence.Dialect, error) {
 		return nil, sqlfence.Dialect{}, fmt.Errorf("kvnode: SQLite path %q: want a file name without '?' or '#'", dataPath)
 	}
 	// WAL lets readers run beside the one writer; the busy timeout makes a
-	// writer wait for the lock instead of failing.
-	db, err := sql.Open("sqlite", fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)",
-		dataPath, sqliteBusyTimeout.Milliseconds()))
+	// writer wait for the lock instead of failing; the write queue makes
+	// the writers of all the processes sharing the file wait in turn
+	// (writeQueue).
+	q, err := newWriteQueue(dataPath)
 	if err != nil {
-		return nil, sqlfence.Dialect{}, fmt.Errorf("kvnode: open SQLite: %w", err)
+		return nil, sqlfence.Dialect{}, err
 	}
+	db := sql.OpenDB(&queuedConnector{
+		drv: &sqlite.Driver{},
+		dsn: fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)", dataPath, sqliteBusyTimeout.Milliseconds()),
+		q:   q,
+	})
 	return db, sqlfence.SQLite(), nil
 }
 
