@@ -179,11 +179,7 @@ type Config struct {
 	// exceed StepDown plus the spread of failure detection across nodes
 	// (an isolated node detects the others' absence later than they detect
 	// its own): while nodes disagree on who is gone, both sides of a split
-	// can count a quorum for a moment. A partition, released or not,
-	// that a membership change places on this node because a member
-	// vanished without a goodbye also waits Grace: that member may be
-	// alive to the others, whose rings still place the partition on it.
-	// Safety does not depend on it.
+	// can count a quorum for a moment. Safety does not depend on it.
 	// Validate refuses a Grace that does not exceed StepDown.
 	// Default: LAN 10s, WAN 30s, local 2.5s.
 	Grace time.Duration
