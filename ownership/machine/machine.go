@@ -302,10 +302,6 @@ type part struct {
 	// endCause is the cause the lease ends with once a planned release
 	// completes.
 	endCause error
-	// heldBack: a view change that lost a member without a goodbye placed
-	// the partition here; it is not claimed before this tick (see
-	// holdBack).
-	heldBack uint64
 	// wanting: the ring gives us the partition and we do not serve it yet,
 	// since tick wantSince; failover says whether the previous holder
 	// vanished without a release.
@@ -426,7 +422,6 @@ func (m *Machine) SetView(v View) error {
 	if m.view == 0 || fp(m.place) != fp(v.Placement) {
 		m.view++
 	}
-	m.holdBack(v)
 	m.place = v.Placement
 	m.members = m.members[:0]
 	m.leavers = m.leavers[:0]
@@ -448,40 +443,6 @@ func (m *Machine) SetView(v View) error {
 	m.quorumStep(m.q.setView(m.now, v.Members, v.Left))
 	m.stepAll()
 	return nil
-}
-
-// holdBack marks, for GraceTicks, the partitions view v places here anew
-// when v lost a member without a goodbye (not in Left, and not leaving).
-// That member may be alive to the others, whose rings still place on it:
-// a partition released meanwhile (a leaver's handoff) was claimed here
-// and by its ring owner at once, both minted the same epoch, the fence
-// kept the higher token and the other owner's writes were rejected (L2,
-// issue 20). A partition the vanished member held waits GraceTicks
-// anyway; a released one now does too, so a view that lost a live member
-// on a busy machine heals before it claims.
-func (m *Machine) holdBack(v View) {
-	if m.place == nil || v.Placement == nil {
-		return
-	}
-	lost := false
-	for _, name := range m.members {
-		if name == m.cfg.Self.Name || slices.Contains(m.leavers, name) || slices.Contains(v.Left, name) {
-			continue
-		}
-		if !slices.ContainsFunc(v.Members, func(vm ViewMember) bool { return vm.Name == name }) {
-			lost = true
-			break
-		}
-	}
-	if !lost {
-		return
-	}
-	until := m.now + uint64(m.cfg.GraceTicks)
-	for p := range m.parts {
-		if v.Placement.Owner(uint32(p)) == m.cfg.Self.Name && m.place.Owner(uint32(p)) != m.cfg.Self.Name {
-			m.parts[p].heldBack = max(m.parts[p].heldBack, until)
-		}
-	}
 }
 
 // HeardStable records a stable membership heard from another node.
@@ -1001,7 +962,7 @@ func (m *Machine) step(p uint32) {
 				// not start over because this node's quorum blinked.
 				return
 			}
-			s.waitFor, s.wanting, s.heldBack = gossip.Claim{}, false, 0
+			s.waitFor, s.wanting = gossip.Claim{}, false
 			return
 		}
 		if !s.wanting {
@@ -1050,7 +1011,7 @@ func (m *Machine) mayClaim(p uint32) bool {
 	s := &m.parts[p]
 	h := s.holder
 	if h.Token.IsZero() || h.Released || h.Token.Owner == m.cfg.Self.Name {
-		return m.now >= s.heldBack
+		return true
 	}
 	if s.waitFor != h {
 		s.waitFor, s.waitSince = h, m.now
@@ -1070,7 +1031,7 @@ func (m *Machine) mayClaim(p uint32) bool {
 		// The holder left without a release: give it the grace period.
 		return false
 	}
-	return m.now >= s.heldBack
+	return true
 }
 
 func (m *Machine) emit(a Action) {
