@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,6 +241,38 @@ type writer struct {
 	acked    atomic.Int64
 	rejected atomic.Int64
 	retries  atomic.Int64
+
+	mu    sync.Mutex
+	since time.Time // what the rejections' times count from
+	notes []string  // the first rejections, for a failure's message
+}
+
+// note keeps what a rejection shows about its cause: when, which lease,
+// which token the fence held, and why the lease ended, if it had.
+func (w *writer) note(owner string, lease *ownership.Lease, werr error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.notes) >= 20 {
+		return
+	}
+	at := "before the leave"
+	if !w.since.IsZero() {
+		at = fmt.Sprintf("%v into the leave", time.Since(w.since).Round(time.Millisecond))
+	}
+	view := "no table"
+	if n := w.tc.node(owner); n != nil {
+		if t := n.c.Table(); t != nil {
+			view = fmt.Sprintf("its ring: %d members, p%d on %s", t.Len(), lease.Partition(), t.Owner(lease.Partition()))
+		}
+	}
+	w.notes = append(w.notes, fmt.Sprintf("%s: %s's lease %v rejected (%v); lease error: %v; %s", at, owner, lease.Token(), werr, lease.Err(), view))
+}
+
+// rejections returns the kept notes, one a line.
+func (w *writer) rejections() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.notes, "\n")
 }
 
 func (w *writer) run(ctx context.Context, seed uint64) {
@@ -270,6 +303,7 @@ func (w *writer) run(ctx context.Context, seed uint64) {
 			w.retries.Add(1)
 		case errors.Is(werr, ownership.ErrStaleToken):
 			w.rejected.Add(1)
+			w.note(owner.name, lease, werr)
 			owner.c.ReportStale(werr)
 		case werr == nil:
 			w.acked.Add(1)
@@ -329,9 +363,10 @@ func TestClusterGracefulLeaveHasNoRejectedWrites(t *testing.T) {
 	defer cancel()
 	tc := newTestCluster(t, nil)
 	tc.startNodes(ctx, "n", 4)
-	handoff, rejected, acked := gracefulLeave(ctx, t, tc, "n2")
+	handoff, w := gracefulLeave(ctx, t, tc, "n2")
+	rejected, acked := w.rejected.Load(), w.acked.Load()
 	if rejected != 0 {
-		t.Fatalf("%d writes rejected during a graceful leave, want 0", rejected)
+		t.Fatalf("%d writes rejected during a graceful leave, want 0; the first:\n%s", rejected, w.rejections())
 	}
 	if acked == 0 {
 		t.Fatal("the writer made no write")
@@ -340,8 +375,8 @@ func TestClusterGracefulLeaveHasNoRejectedWrites(t *testing.T) {
 }
 
 // gracefulLeave makes name leave under continuous writes and returns the
-// time until the rest converged, and the writer's counts.
-func gracefulLeave(ctx context.Context, t *testing.T, tc *testCluster, name string) (time.Duration, int64, int64) {
+// time until the rest converged, and the writer (its counts and notes).
+func gracefulLeave(ctx context.Context, t *testing.T, tc *testCluster, name string) (time.Duration, *writer) {
 	w := &writer{tc: tc}
 	wctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -355,6 +390,9 @@ func gracefulLeave(ctx context.Context, t *testing.T, tc *testCluster, name stri
 	testkit.WaitFor(ctx, t, "writes before the leave", func() bool { return w.acked.Load() > 100 })
 	leaver := tc.node(name)
 	start := time.Now()
+	w.mu.Lock()
+	w.since = start
+	w.mu.Unlock()
 	tc.remove(name)
 	if err := leaver.c.Leave(ctx); err != nil {
 		t.Fatalf("leave: %v", err)
@@ -365,7 +403,7 @@ func gracefulLeave(ctx context.Context, t *testing.T, tc *testCluster, name stri
 	testkit.WaitFor(ctx, t, "writes after the leave", func() bool { return w.acked.Load() > base+100 })
 	stop()
 	wg.Wait()
-	return elapsed, w.rejected.Load(), w.acked.Load()
+	return elapsed, w
 }
 
 func TestClusterCrashFailover(t *testing.T) {

@@ -54,7 +54,8 @@ func TestFigures(t *testing.T) {
 	failover := time.Since(start)
 
 	// handoff: a graceful leave under continuous writes.
-	handoff, rejected, _ := gracefulLeave(ctx, t, tc, "f1")
+	handoff, w := gracefulLeave(ctx, t, tc, "f1")
+	rejected := w.rejected.Load()
 
 	// failover's target: detection, the grace period, and a quarter of a
 	// second to claim, fence and acquire. Figures are not asserted; the

@@ -36,7 +36,20 @@ func TestLeaveWaitsForADrainWithinReleaseTimeout(t *testing.T) {
 		c.Grace = 30 * time.Second
 	})
 	tc.startNodes(ctx, "n", 3)
-	leaver := tc.node("n2")
+	if tok, err := leaveWithAWriteInHand(ctx, t, tc, "n2", drain); err != nil {
+		t.Errorf("the write in hand when the leave began (%v, a drain of %v, ReleaseTimeout %v): %v; want it accepted (L2)",
+			tok, drain, 8*time.Second, err)
+	}
+	tc.waitConverged(ctx)
+}
+
+// leaveWithAWriteInHand makes name leave while a write to one of its
+// partitions is in hand: the write holds the partition's gate open (so
+// Release, the drain, waits for it) for drain, then writes at the fence.
+// It returns the write's token and the fence's answer.
+func leaveWithAWriteInHand(ctx context.Context, t *testing.T, tc *testCluster, name string, drain time.Duration) (ownership.Token, error) {
+	t.Helper()
+	leaver := tc.node(name)
 	var lease *ownership.Lease
 	for p := range uint32(testPartitions) {
 		if l, err := leaver.c.LeaseOfPartition(p); err == nil {
@@ -45,10 +58,8 @@ func TestLeaveWaitsForADrainWithinReleaseTimeout(t *testing.T) {
 		}
 	}
 	if lease == nil {
-		t.Fatal("n2 holds no partition")
+		t.Fatalf("%s holds no partition", name)
 	}
-	// A write in hand: it holds the partition's gate open (so Release, the
-	// drain, waits for it) for drain, then writes at the fence.
 	inHand := make(chan struct{})
 	res := make(chan error, 1)
 	go func() {
@@ -67,13 +78,56 @@ func TestLeaveWaitsForADrainWithinReleaseTimeout(t *testing.T) {
 		}
 	}()
 	<-inHand
-	tc.remove("n2")
+	tc.remove(name)
 	if err := leaver.c.Leave(ctx); err != nil {
 		t.Fatalf("leave: %v", err)
 	}
-	if err := <-res; err != nil {
-		t.Errorf("the write in hand when the leave began (%v, a drain of %v, ReleaseTimeout %v): %v; want it accepted (L2)",
-			lease.Token(), drain, leaver.c.Config().ReleaseTimeout, err)
+	return lease.Token(), <-res
+}
+
+// slowClock is a late node's clock: its time, and so its tickers, run at
+// 1/factor of the real pace, as a loop whose ticks come late on a busy
+// machine does. Its Now is consistent with its tickers, so the node does
+// not see itself late: it only counts its timeouts in slow ticks.
+type slowClock struct {
+	start  time.Time
+	factor int
+}
+
+func (c slowClock) Now() time.Time {
+	return c.start.Add(time.Since(c.start) / time.Duration(c.factor))
+}
+
+func (c slowClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	return SystemClock().NewTicker(d * time.Duration(c.factor))
+}
+
+// A leaver whose loop runs late drains longer, in real time, than the new
+// owner's HandoffTimeout, though within its own ReleaseTimeout, counted on
+// its own (late) clock: the new owner waits for the leaving holder's
+// release however long it takes, and the write in hand is accepted (L2;
+// issue 20). Before, the new owner claimed after its HandoffTimeout
+// (2.5 s here, counted from when it heard of the leave) and fenced the
+// leaver mid-drain: the write was rejected.
+func TestLeaveWaitsForALateLeaversDrain(t *testing.T) {
+	ctx, cancel := slowtest.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const drain = 6 * time.Second // well past the new owners' HandoffTimeout of 2.5 s
+	tc := newTestCluster(t, func(c *Config) {
+		// As above: only the handoff may move the partition.
+		c.MinQuorum = 1
+		c.Grace = 30 * time.Second
+		if c.Name == "n2" {
+			// Its ReleaseTimeout of 2 s lasts 10 s of real time.
+			c.Clock = slowClock{start: time.Now(), factor: 5}
+		}
+	})
+	tc.startNodes(ctx, "n", 3)
+	if hand := tc.node("n0").c.Config().HandoffTimeout; hand >= drain {
+		t.Fatalf("HandoffTimeout %v: the drain of %v must outlast it", hand, drain)
+	}
+	if tok, err := leaveWithAWriteInHand(ctx, t, tc, "n2", drain); err != nil {
+		t.Errorf("the write in hand when the late leaver's leave began (%v, a drain of %v): %v; want it accepted (L2)", tok, drain, err)
 	}
 	tc.waitConverged(ctx)
 }

@@ -206,7 +206,8 @@ type MachineConfig struct {
 	GraceTicks int
 	// HandoffTicks is how long to wait for a live holder to release a
 	// partition the ring has moved here before claiming it anyway (the
-	// holder is then fenced).
+	// holder is then fenced). A live holder that is leaving is waited for
+	// until it releases or leaves the view (then GraceTicks applies).
 	HandoffTicks int
 	// StepDownTicks: after this many consecutive ticks without a quorum,
 	// every lease ends (L4).
@@ -323,6 +324,7 @@ type Machine struct {
 	place    Placement
 	members  []string          // the view's members, sorted
 	lives    map[string]uint64 // their incarnations, where known
+	leavers  []string          // the view's members that are leaving
 	view     uint64            // bumped by every change of placement
 	now      uint64            // ticks
 	q        tracker
@@ -422,9 +424,13 @@ func (m *Machine) SetView(v View) error {
 	}
 	m.place = v.Placement
 	m.members = m.members[:0]
+	m.leavers = m.leavers[:0]
 	clear(m.lives)
 	for _, vm := range v.Members {
 		m.members = append(m.members, vm.Name)
+		if vm.Leaving {
+			m.leavers = append(m.leavers, vm.Name)
+		}
 		if vm.Incarnation != 0 {
 			if m.lives == nil {
 				m.lives = make(map[string]uint64)
@@ -1013,7 +1019,12 @@ func (m *Machine) mayClaim(p uint32) bool {
 	waited := m.now - s.waitSince
 	if m.live(h.Token) {
 		// A planned move: the holder releases when it sees the same ring.
-		if waited < uint64(m.cfg.HandoffTicks) {
+		// A leaving holder is draining already: wait for its release
+		// however long the drain takes on a busy machine, or a write it
+		// is finishing under its token is rejected (L2). Its own Leave
+		// bounds the drain (ReleaseTimeout on its clock, then its
+		// goodbye), and once it is no longer live, Grace applies.
+		if waited < uint64(m.cfg.HandoffTicks) || slices.Contains(m.leavers, h.Token.Owner) {
 			return false
 		}
 	} else if waited < uint64(m.cfg.GraceTicks) {
