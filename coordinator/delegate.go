@@ -66,6 +66,7 @@ func (d *delegate) LocalState(join bool) []byte {
 	m := gossip.Message{Kind: gossip.KindDigest, Cluster: d.c.cfg.ClusterName, Sender: d.c.cfg.Name, Stable: *d.c.stable.Load()}
 	if join {
 		m.Kind, m.Register = gossip.KindState, d.c.reg
+		d.c.traffic.wholeStates.Add(1)
 	} else {
 		m.Digest = d.c.reg.Digest()
 	}
