@@ -66,19 +66,34 @@ func TestDigestExchangeConvergesDivergedRegisters(t *testing.T) {
 			planted[p] = cl
 		}
 	}
-	// A few push/pull intervals (2 s in the local preset) are enough; a
-	// digest blind to a range never gets there.
-	wctx, wcancel := slowtest.WithTimeout(ctx, 20*time.Second)
-	defer wcancel()
-	testkit.WaitFor(wctx, t, "the planted claims to reach every node", func() bool {
+	// A few push/pulls are enough; a digest blind to a range never gets
+	// there. The wait is counted in push/pulls, not time, so a loaded
+	// machine does not fail it and a blind digest fails it soon.
+	digests := func(n *testNode) uint64 { return n.c.traffic.states.Load() - n.c.traffic.wholeStates.Load() }
+	base := map[string]uint64{}
+	for _, n := range nodes {
+		base[n.name] = digests(n)
+	}
+	const rounds = 15
+	testkit.WaitFor(ctx, t, "the planted claims to reach every node", func() bool {
+		agreed := sameRegisters(nodes) == nil
 		for _, n := range nodes {
 			for p, cl := range planted {
-				if n.c.reg.GetClaim(p) != cl {
-					return false
+				if got := n.c.reg.GetClaim(p); got != cl {
+					agreed = false
 				}
 			}
 		}
-		return sameRegisters(nodes) == nil
+		if agreed {
+			return true
+		}
+		for _, n := range nodes {
+			if digests(n)-base[n.name] < rounds {
+				return false
+			}
+		}
+		t.Fatalf("after %d push/pulls of every node the planted claims have not spread: %v", rounds, sameRegisters(nodes))
+		return false
 	})
 	if got := whole() - whole0; got != 0 {
 		t.Fatalf("%d whole registers travelled (a join or a sync): the test is about digests alone", got)
