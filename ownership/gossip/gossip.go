@@ -21,8 +21,10 @@ import (
 // exhaust an epoch and make a partition unclaimable.
 //
 // Every kind of message travels on one channel (Kind.Channel):
-// claims and stable memberships are broadcasts, a node's whole state
-// travels in memberlist's push/pull. Open is told the channel the
+// claims, stable memberships and sections of a register are memberlist
+// user messages (broadcast, or sent to one member), a node's state (whole
+// at a join, else its register's digest) travels in memberlist's
+// push/pull. Open is told the channel the
 // bytes came in on and refuses every other kind before reading its body,
 // and the MAC is computed under a context that names the channel, so a
 // broadcast's MAC does not verify as a state's even where a caller forgot
@@ -41,7 +43,14 @@ import (
 //     own only if its ID is higher (and plausible, and a quorum of it is
 //     known), so one the node has moved past is ignored;
 //   - an old state replayed: it is its stable membership and its claims,
-//     each merged as above, so it can't move a node backwards either.
+//     each merged as above, so it can't move a node backwards either;
+//   - a digest or a section replayed: a section's claims merge as above;
+//     a stale digest, or a section that asks, makes the node send the
+//     member it names the claims it holds in some ranges, which that
+//     member merges as above. The node sends at most one section message
+//     at a time, from a queue of a few (coordinator/exchange.go), so a
+//     flood of replays costs bounded work and traffic, and never
+//     reaches anyone but a current member.
 //
 // So a replay delivers, at worst, a message the cluster once sent to a
 // node that had not heard it yet: what gossip does anyway. It can't
