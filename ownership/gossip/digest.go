@@ -94,16 +94,21 @@ func (d Digest) Diff(e Digest) ([]int, error) {
 func digestOf(claims []Claim) Digest {
 	d := Digest{Partitions: len(claims), Hashes: make([]uint64, Ranges(len(claims)))}
 	for i := range d.Hashes {
-		lo, hi := RangeBounds(len(claims), i)
-		h := uint64(fnvOffset)
-		for _, c := range claims[lo:hi] {
-			if !c.IsZero() {
-				h = hashClaim(h, c)
-			}
-		}
-		d.Hashes[i] = h
+		d.Hashes[i] = rangeHash(claims, i)
 	}
 	return d
+}
+
+// rangeHash returns the hash of range i of claims (indexed by partition).
+func rangeHash(claims []Claim, i int) uint64 {
+	lo, hi := RangeBounds(len(claims), i)
+	h := uint64(fnvOffset)
+	for _, c := range claims[lo:hi] {
+		if !c.IsZero() {
+			h = hashClaim(h, c)
+		}
+	}
+	return h
 }
 
 // FNV-1a, 64 bits.
@@ -137,13 +142,20 @@ func hashClaim(h uint64, c Claim) uint64 {
 	return h
 }
 
-// Digest returns the digest of r's claims. It is computed once per change
-// of the register and cached: a quiet node's push/pulls reuse it.
+// Digest returns the digest of r's claims. It is cached, and a change of
+// the register recomputes only its range's hash at the next call: a quiet
+// node's push/pulls reuse it, and a busy one's hash what changed.
 func (r *Register) Digest() Digest {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.digest.Hashes == nil || r.digestGen != r.gen {
-		r.digest, r.digestGen = digestOf(r.claims), r.gen
+	if r.digest.Hashes == nil {
+		r.digest = digestOf(r.claims)
+		r.dirty = make([]bool, len(r.digest.Hashes))
+	}
+	for i, d := range r.dirty {
+		if d {
+			r.digest.Hashes[i], r.dirty[i] = rangeHash(r.claims, i), false
+		}
 	}
 	return Digest{Partitions: r.digest.Partitions, Hashes: slices.Clone(r.digest.Hashes)}
 }

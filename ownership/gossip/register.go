@@ -108,10 +108,9 @@ type Register struct {
 	mu     sync.Mutex
 	claims []Claim // indexed by partition; Token.Partition matches
 	n      int     // non-zero claims
-	gen    uint64  // changes of claims
 
-	digest    Digest // of claims at digestGen (see Digest)
-	digestGen uint64
+	digest Digest // cached by Digest; nil Hashes until the first call
+	dirty  []bool // per range: changed since digest was computed
 }
 
 // NewRegister returns an empty register for partitions 0 to partitions-1,
@@ -166,7 +165,9 @@ func (r *Register) observe(c Claim) bool {
 		r.n++
 	}
 	*cur = c
-	r.gen++
+	if r.dirty != nil {
+		r.dirty[RangeOf(len(r.claims), c.Token.Partition)] = true
+	}
 	return true
 }
 
