@@ -62,6 +62,7 @@ type Coordinator struct {
 	bq         *memberlist.TransmitLimitedQueue
 
 	inbox    inbox
+	exch     chan exchangeJob // cap exchangeQueue: the digest exchange's sends
 	nodes    nodeSet
 	memberCh chan struct{} // cap 1: membership changed
 	inputs   chan input
@@ -148,6 +149,7 @@ func New(cfg Config) (*Coordinator, error) {
 		idleCh:    make(chan struct{}),
 		closeDone: make(chan struct{}),
 		inbox:     inbox{signal: make(chan struct{}, 1)},
+		exch:      make(chan exchangeJob, exchangeQueue),
 		metrics:   newMetrics(),
 	}
 	c.subs.tap = c.observeEvent
@@ -339,6 +341,11 @@ func (c *Coordinator) start(ctx context.Context) error {
 	go func() {
 		defer c.wg.Done()
 		l.run()
+	}()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.runExchange()
 	}()
 	c.log.Info("started", "incarnation", fmt.Sprintf("%016x", c.self.Incarnation), "gossip", addr, "seeds", len(c.cfg.Seeds))
 	return nil

@@ -28,16 +28,24 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 // NotifyMsg implements memberlist.Delegate: a gossiped claim, release or
-// stable membership. Whatever fails gossip.Open's checks for the broadcast
-// channel is dropped, a state among them.
+// stable membership, or a section of a peer's register (the digest
+// exchange, sent to this node alone). Whatever fails gossip.Open's checks
+// for the broadcast channel is dropped, a state among them. A section that
+// asks for an answer queues one (offerExchange).
 func (d *delegate) NotifyMsg(b []byte) {
 	m, err := gossip.Open(b, gossip.Broadcast, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
+	if err == nil && m.Kind == gossip.KindSection && m.Section.Partitions != d.c.reg.Partitions() {
+		err = fmt.Errorf("section of %d partitions, want %d", m.Section.Partitions, d.c.reg.Partitions())
+	}
 	if err != nil {
 		d.c.log.Debug("dropped gossip", "err", err)
 		d.c.metrics.gossipDropped.Inc()
 		return
 	}
 	d.c.inbox.push(heard{stable: m.Stable, claims: slices.Collect(m.Claims())})
+	if m.Kind == gossip.KindSection && m.Section.Ask && m.Sender != d.c.cfg.Name {
+		d.c.offerExchange(exchangeJob{peer: m.Sender, answer: &m.Section})
+	}
 }
 
 // GetBroadcasts implements memberlist.Delegate.
@@ -51,13 +59,18 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return out
 }
 
-// LocalState implements memberlist.Delegate: the stable membership and the
-// whole claim register, for push/pull anti-entropy.
+// LocalState implements memberlist.Delegate: the stable membership and,
+// for push/pull anti-entropy, the register's digest (see exchange.go); for
+// a join, the whole register, which the joiner needs.
 func (d *delegate) LocalState(join bool) []byte {
-	b, err := gossip.Message{
-		Kind: gossip.KindState, Cluster: d.c.cfg.ClusterName, Sender: d.c.cfg.Name,
-		Stable: *d.c.stable.Load(), Register: d.c.reg,
-	}.Seal(d.c.cfg.TokenKeys)
+	m := gossip.Message{Kind: gossip.KindDigest, Cluster: d.c.cfg.ClusterName, Sender: d.c.cfg.Name, Stable: *d.c.stable.Load()}
+	if join {
+		m.Kind, m.Register = gossip.KindState, d.c.reg
+		d.c.traffic.wholeStates.Add(1)
+	} else {
+		m.Digest = d.c.reg.Digest()
+	}
+	b, err := m.Seal(d.c.cfg.TokenKeys)
 	if err != nil {
 		d.c.log.Error("encode state", "err", err)
 		return nil
@@ -72,14 +85,24 @@ func (d *delegate) LocalState(join bool) []byte {
 // nothing recovers a panic, and its input comes from whoever opened a TCP
 // connection to the gossip port (memberlist checks metadata only on joins):
 // whatever fails gossip.Open's checks for the push/pull channel, a claim or
-// stable membership among them, is dropped.
+// stable membership among them, is dropped. A whole state is merged; a
+// digest that differs from this node's starts the digest exchange, from the
+// side whose name sorts first (exchange.go).
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	if len(buf) == 0 {
 		return
 	}
 	m, err := gossip.Open(buf, gossip.PushPull, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
-	if err == nil && m.Register.Partitions() != d.c.reg.Partitions() {
-		err = fmt.Errorf("register of %d partitions, want %d", m.Register.Partitions(), d.c.reg.Partitions())
+	var diff []int
+	if err == nil {
+		switch m.Kind {
+		case gossip.KindState:
+			if m.Register.Partitions() != d.c.reg.Partitions() {
+				err = fmt.Errorf("register of %d partitions, want %d", m.Register.Partitions(), d.c.reg.Partitions())
+			}
+		case gossip.KindDigest:
+			diff, err = d.c.reg.Digest().Diff(m.Digest)
+		}
 	}
 	if err != nil {
 		d.c.log.Warn("dropped remote state", "err", err)
@@ -87,6 +110,9 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 		return
 	}
 	d.c.inbox.push(heard{stable: m.Stable, claims: slices.Collect(m.Claims())})
+	if len(diff) > 0 && d.c.cfg.Name < m.Sender {
+		d.c.offerExchange(exchangeJob{peer: m.Sender, ranges: diff})
+	}
 }
 
 // NotifyJoin, NotifyLeave and NotifyUpdate implement memberlist.EventDelegate.

@@ -18,6 +18,10 @@ func TestFigures(t *testing.T) {
 	defer cancel()
 	tc := newTestCluster(t, nil)
 
+	// The bytes of a push/pull state, quiet (the register's digest) and at
+	// a join (the whole register), issue 22.
+	printStateFigures(t)
+
 	// converge: 5 nodes start and join; every partition owned and fenced.
 	start := time.Now()
 	tc.startNodes(ctx, "f", 5)

@@ -111,6 +111,9 @@ func FuzzDelegateBytes(f *testing.F) {
 			{Kind: gossip.KindClaim, Claim: gossip.Claim{Token: k.Sign(ownership.Token{Partition: 1, Epoch: 9, Owner: "x", Incarnation: 3})}},
 			{Kind: gossip.KindStable, Stable: quorum.NewStable(4, []string{"a", "b"})},
 			{Kind: gossip.KindState, Stable: quorum.NewStable(4, []string{"a", "b"}), Register: reg},
+			{Kind: gossip.KindDigest, Stable: quorum.NewStable(4, []string{"a", "b"}), Digest: reg.Digest()},
+			{Kind: gossip.KindSection, Section: reg.Sections([]int{0, 1, 2}, 10)[0]},
+			{Kind: gossip.KindSection, Section: gossip.Section{Partitions: testPartitions, Ranges: []int{1}}},
 		} {
 			m.Cluster, m.Sender = "tenure", "x"
 			b, err := m.Seal(k)
@@ -148,6 +151,9 @@ func FuzzDelegateSigned(f *testing.F) {
 	f.Add(uint8(1), uint32(0), uint64(0), "x", uint64(0), true, uint64(1<<20), "a,b,c", uint8(0), false, "ghost")
 	f.Add(uint8(2), uint32(31), uint64(1<<40), "fz-keyed", uint64(5), true, uint64(0), "", uint8(2), true, "")
 	f.Add(uint8(2), uint32(7), uint64(3), "y", uint64(2), false, uint64(2), "fz-keyed,y", uint8(1), false, "svc:1")
+	f.Add(uint8(3), uint32(7), uint64(3), "y", uint64(2), false, uint64(2), "fz-keyed,y", uint8(1), false, "svc:1")
+	f.Add(uint8(4), uint32(7), uint64(3), "y", uint64(2), true, uint64(2), "fz-keyed,y", uint8(1), false, "svc:1")
+	f.Add(uint8(4), uint32(9), uint64(3), "y", uint64(2), true, uint64(2), "fz-keyed,y", uint8(2), false, "svc:1")
 	keys := metaKeys(f, fuzzKey)
 	other := metaKeys(f, "another cluster's token key....")
 	plain, keyed := fuzzNodes(f)
@@ -166,14 +172,21 @@ func FuzzDelegateSigned(f *testing.F) {
 		}
 		st := quorum.NewStable(version, names)
 		claim := gossip.Claim{Token: k.Sign(ownership.Token{Partition: part % (2 * testPartitions), Epoch: epoch, Owner: owner, Incarnation: inc}), Released: released}
-		m := gossip.Message{Kind: gossip.Kind(kind%3 + 1), Cluster: "tenure", Sender: "fz-peer", Claim: claim, Stable: st}
-		if m.Kind == gossip.KindState {
+		m := gossip.Message{Kind: gossip.Kind(kind%5 + 1), Cluster: "tenure", Sender: "fz-peer", Claim: claim, Stable: st}
+		if m.Kind >= gossip.KindState {
 			reg, err := gossip.NewRegister(testPartitions)
 			if err != nil {
 				t.Fatal(err)
 			}
 			reg.ObserveClaim(claim)
-			m.Register = reg
+			m.Register, m.Digest = reg, reg.Digest()
+			if m.Kind == gossip.KindSection {
+				m.Section.Partitions, m.Section.Ranges, m.Section.Ask = testPartitions, []int{0}, released
+				if s := reg.Sections([]int{gossip.RangeOf(testPartitions, claim.Token.Partition)}, 4); len(s) > 0 {
+					m.Section = s[0]
+					m.Section.Ask = released
+				}
+			}
 		}
 		msg, sealErr := m.Seal(k)
 		md, metaErr := meta{Cluster: "tenure", RingVersion: ring.AlgorithmVersion, Incarnation: inc, ServiceAddr: svc, Stable: st.ID(), Leaving: released}.encode("fz-peer", k)

@@ -16,4 +16,9 @@ type traffic struct {
 	metaUpdates atomic.Uint64 // metadata updates gossiped (memberlist UpdateNode)
 	queued      atomic.Uint64 // broadcasts of claims and stable memberships queued
 	sentBcast   atomic.Uint64 // bytes of those handed to memberlist (each transmission), within packetBytes
+
+	wholeStates     atomic.Uint64 // push/pull states that carried the whole register (joins), within states
+	sections        atomic.Uint64 // digest exchange: sections sent (asking and answering; SendReliable)
+	sectionBytes    atomic.Uint64 // their bytes, within streamBytes
+	exchangeDropped atomic.Uint64 // digest exchange sends dropped: queue full or peer unknown
 }

@@ -21,8 +21,10 @@ import (
 // exhaust an epoch and make a partition unclaimable.
 //
 // Every kind of message travels on one channel (Kind.Channel):
-// claims and stable memberships are broadcasts, a node's whole state
-// travels in memberlist's push/pull. Open is told the channel the
+// claims, stable memberships and sections of a register are memberlist
+// user messages (broadcast, or sent to one member), a node's state (whole
+// at a join, else its register's digest) travels in memberlist's
+// push/pull. Open is told the channel the
 // bytes came in on and refuses every other kind before reading its body,
 // and the MAC is computed under a context that names the channel, so a
 // broadcast's MAC does not verify as a state's even where a caller forgot
@@ -41,7 +43,14 @@ import (
 //     own only if its ID is higher (and plausible, and a quorum of it is
 //     known), so one the node has moved past is ignored;
 //   - an old state replayed: it is its stable membership and its claims,
-//     each merged as above, so it can't move a node backwards either.
+//     each merged as above, so it can't move a node backwards either;
+//   - a digest or a section replayed: a section's claims merge as above;
+//     a stale digest, or a section that asks, makes the node send the
+//     member it names the claims it holds in some ranges, which that
+//     member merges as above. The node sends at most one section message
+//     at a time, from a queue of a few (coordinator/exchange.go), so a
+//     flood of replays costs bounded work and traffic, and never
+//     reaches anyone but a current member.
 //
 // So a replay delivers, at worst, a message the cluster once sent to a
 // node that had not heard it yet: what gossip does anyway. It can't
@@ -75,9 +84,13 @@ type Kind uint8
 
 // The kinds of gossip message.
 const (
-	KindClaim  Kind = iota + 1 // one claim or release (a broadcast)
-	KindStable                 // a stable membership (a broadcast)
-	KindState                  // a node's whole state: stable membership and register (push/pull)
+	KindClaim   Kind = iota + 1 // one claim or release (a broadcast)
+	KindStable                  // a stable membership (a broadcast)
+	KindState                   // a node's whole state: stable membership and register (push/pull)
+	KindDigest                  // a node's state by digest: stable membership and register digest (push/pull)
+	KindSection                 // claims of some ranges of a register's digest (broadcast channel, sent to one member)
+
+	kindLast = KindSection
 )
 
 // A Channel is where a gossip message travels. Each kind has one
@@ -88,11 +101,13 @@ type Channel uint8
 // The gossip channels.
 const (
 	// Broadcast: memberlist user messages, by UDP or TCP (the
-	// delegate's GetBroadcasts and NotifyMsg): claims and stable
-	// memberships.
+	// delegate's GetBroadcasts and NotifyMsg, and memberlist's
+	// SendReliable to one member): claims, stable memberships and
+	// sections of a register.
 	Broadcast Channel = iota + 1
 	// PushPull: the user state of memberlist's push/pull exchange
-	// (the delegate's LocalState and MergeRemoteState): states.
+	// (the delegate's LocalState and MergeRemoteState): states, whole
+	// or by digest.
 	PushPull
 )
 
@@ -110,9 +125,9 @@ func (c Channel) String() string {
 // unknown kind).
 func (k Kind) Channel() Channel {
 	switch k {
-	case KindClaim, KindStable:
+	case KindClaim, KindStable, KindSection:
 		return Broadcast
-	case KindState:
+	case KindState, KindDigest:
 		return PushPull
 	}
 	return 0
@@ -126,6 +141,10 @@ func (k Kind) String() string {
 		return "stable"
 	case KindState:
 		return "state"
+	case KindDigest:
+		return "digest"
+	case KindSection:
+		return "section"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -137,14 +156,19 @@ type Message struct {
 	Sender  string // the sending node's name; at most MaxOwnerSize bytes
 	// Claim, for KindClaim.
 	Claim Claim
-	// Stable, for KindStable and KindState (zero if the sender has none).
+	// Stable, for KindStable, KindState and KindDigest (zero if the
+	// sender has none).
 	Stable quorum.Stable
 	// Register, for KindState.
 	Register *Register
+	// Digest, for KindDigest: the digest of the sender's register.
+	Digest Digest
+	// Section, for KindSection.
+	Section Section
 }
 
-// Claims returns the claims m carries: a claim message's one claim, or
-// the claims of a state's register.
+// Claims returns the claims m carries: a claim message's one claim, the
+// claims of a state's register, or a section's claims.
 func (m Message) Claims() iter.Seq[Claim] {
 	return func(yield func(Claim) bool) {
 		switch {
@@ -152,6 +176,12 @@ func (m Message) Claims() iter.Seq[Claim] {
 			yield(m.Claim)
 		case m.Kind == KindState && m.Register != nil:
 			for c := range m.Register.All() {
+				if !yield(c) {
+					return
+				}
+			}
+		case m.Kind == KindSection:
+			for _, c := range m.Section.Claims {
 				if !yield(c) {
 					return
 				}
@@ -177,8 +207,19 @@ func (m Message) Claims() iter.Seq[Claim] {
 // membership is a uvarint version, a uvarint count and the names (1 byte
 // length, then the name), sorted and distinct, count 0 exactly when the
 // version is 0; a state is a stable membership followed by the register's
-// encoding (see Register.AppendBinary). Like every tenure encoding it is
-// canonical: decoders reject anything else.
+// encoding (see Register.AppendBinary); a digest is a stable membership,
+// a uvarint partition count (1 to MaxPartitions) and Ranges(partitions)
+// hashes of 8 bytes each, big-endian; a section is 1 byte of flags (bit 0:
+// Ask; other bits zero), a uvarint partition count, a uvarint count of
+// ranges (1 to Ranges(partitions)), each range as a uvarint gap (the range
+// minus the previous one plus one; the first range), and its claims in the
+// register encoding (of the same partition count, each claim in one of
+// the ranges). Like every tenure encoding it is canonical: decoders
+// reject anything else.
+//
+// Kinds digest and section were added in version 2 without changing the
+// others: a node that does not know them drops them as of an unknown kind
+// (and its own states, whole, are still understood).
 //
 // Version 1 had the same layout but one MAC context for every channel.
 // Nodes of versions 1 and 2 drop each other's gossip as malformed: a
@@ -198,12 +239,19 @@ func (m Message) Seal(keys *ownership.Keyring) ([]byte, error) {
 		return nil, wire.Malformed("gossip: cluster name is %d bytes, at most 255", len(m.Cluster))
 	case m.Sender == "" || len(m.Sender) > ownership.MaxOwnerSize:
 		return nil, wire.Malformed("gossip: sender name is %d bytes, want 1 to %d", len(m.Sender), ownership.MaxOwnerSize)
-	case m.Kind < KindClaim || m.Kind > KindState:
+	case m.Kind < KindClaim || m.Kind > kindLast:
 		return nil, wire.Malformed("gossip: unknown kind %d", m.Kind)
-	case m.Kind != KindClaim && !m.Stable.Valid():
+	case m.Kind != KindClaim && m.Kind != KindSection && !m.Stable.Valid():
 		return nil, wire.Malformed("gossip: invalid stable membership %v", m.Stable)
 	case m.Kind == KindState && m.Register == nil:
 		return nil, wire.Malformed("gossip: state without a register")
+	case m.Kind == KindDigest && (Ranges(m.Digest.Partitions) == 0 || len(m.Digest.Hashes) != Ranges(m.Digest.Partitions)):
+		return nil, wire.Malformed("gossip: digest of %d hashes for %d partitions", len(m.Digest.Hashes), m.Digest.Partitions)
+	}
+	if m.Kind == KindSection {
+		if err := m.Section.Validate(); err != nil {
+			return nil, wire.Malformed("%v", err)
+		}
 	}
 	var flags byte
 	if keys != nil {
@@ -222,6 +270,11 @@ func (m Message) Seal(keys *ownership.Keyring) ([]byte, error) {
 	case KindState:
 		b = appendStable(b, m.Stable)
 		b, err = m.Register.AppendBinary(b)
+	case KindDigest:
+		b = appendStable(b, m.Stable)
+		b = appendDigest(b, m.Digest)
+	case KindSection:
+		b = appendSection(b, m.Section)
 	}
 	if err != nil {
 		return nil, err
@@ -264,7 +317,7 @@ func Open(b []byte, ch Channel, cluster string, keys *ownership.Keyring) (Messag
 	switch {
 	case !d.OK():
 		return Message{}, d.Err()
-	case m.Kind < KindClaim || m.Kind > KindState:
+	case m.Kind < KindClaim || m.Kind > kindLast:
 		return Message{}, wire.Malformed("gossip: unknown kind %d", m.Kind)
 	case m.Kind.Channel() != ch:
 		return Message{}, wire.Malformed("gossip: a %v message on the %v channel", m.Kind, ch)
@@ -303,6 +356,13 @@ func Open(b []byte, ch Channel, cluster string, keys *ownership.Keyring) (Messag
 		if err = bd.Err(); err == nil {
 			m.Register, err = UnmarshalRegister(bd.B)
 		}
+	case KindDigest:
+		bd := wire.Decoder{B: body}
+		m.Stable = readStable(&bd)
+		m.Digest = readDigest(&bd)
+		err = bd.End()
+	case KindSection:
+		m.Section, err = parseSection(body)
 	}
 	if err != nil {
 		return Message{}, fmt.Errorf("gossip from %q: %w", m.Sender, err)
@@ -322,6 +382,12 @@ func (m Message) verifyTokens(keys *ownership.Keyring) error {
 		return keys.Verify(m.Claim.Token)
 	case KindState:
 		for c := range m.Register.All() {
+			if err := keys.Verify(c.Token); err != nil {
+				return err
+			}
+		}
+	case KindSection:
+		for _, c := range m.Section.Claims {
 			if err := keys.Verify(c.Token); err != nil {
 				return err
 			}
@@ -389,4 +455,97 @@ func macContext(ch Channel) string {
 		return "tenure gossip v2 push/pull mac\x00"
 	}
 	return "tenure gossip v2 no channel\x00"
+}
+
+func appendDigest(b []byte, d Digest) []byte {
+	b = binary.AppendUvarint(b, uint64(d.Partitions))
+	for _, h := range d.Hashes {
+		b = binary.BigEndian.AppendUint64(b, h)
+	}
+	return b
+}
+
+// readDigest reads a digest's encoding.
+func readDigest(d *wire.Decoder) Digest {
+	parts := d.Uvarint()
+	if !d.OK() {
+		return Digest{}
+	}
+	if parts < 1 || parts > MaxPartitions {
+		d.Fail(wire.FaultInvalid)
+		return Digest{}
+	}
+	dg := Digest{Partitions: int(parts), Hashes: make([]uint64, Ranges(int(parts)))}
+	for i := range dg.Hashes {
+		b := d.Bytes(8)
+		if !d.OK() {
+			return Digest{}
+		}
+		dg.Hashes[i] = binary.BigEndian.Uint64(b)
+	}
+	if !d.OK() {
+		return Digest{}
+	}
+	return dg
+}
+
+const sectionAsk = 1 << 0
+
+func appendSection(b []byte, s Section) []byte {
+	var flags byte
+	if s.Ask {
+		flags |= sectionAsk
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(s.Partitions))
+	b = binary.AppendUvarint(b, uint64(len(s.Ranges)))
+	next := 0
+	for _, r := range s.Ranges {
+		b = binary.AppendUvarint(b, uint64(r-next))
+		next = r + 1
+	}
+	return appendClaims(b, s.Partitions, s.Claims)
+}
+
+// parseSection decodes a section's body.
+func parseSection(b []byte) (Section, error) {
+	d := wire.Decoder{B: b}
+	flags := d.Byte()
+	parts := d.Uvarint()
+	nr := d.Uvarint()
+	switch {
+	case !d.OK():
+		return Section{}, d.Err()
+	case flags&^sectionAsk != 0:
+		return Section{}, wire.Malformed("section: unknown flags %#x", flags)
+	case parts < 1 || parts > MaxPartitions:
+		return Section{}, wire.Malformed("section: %d partitions", parts)
+	case nr < 1 || nr > uint64(Ranges(int(parts))):
+		return Section{}, wire.Malformed("section: %d ranges", nr)
+	}
+	s := Section{Partitions: int(parts), Ask: flags&sectionAsk != 0, Ranges: make([]int, 0, nr)}
+	next := uint64(0)
+	for range nr {
+		r := next + min(d.Uvarint(), parts) // no wrap-around: both are small
+		if !d.OK() {
+			return Section{}, d.Err()
+		}
+		if r >= uint64(Ranges(int(parts))) {
+			return Section{}, wire.Malformed("section: range %d of %d", r, Ranges(int(parts)))
+		}
+		s.Ranges = append(s.Ranges, int(r))
+		next = r + 1
+	}
+	rp, claims, err := readClaims(d.B)
+	if err != nil {
+		return Section{}, err
+	}
+	if rp != s.Partitions {
+		return Section{}, wire.Malformed("section: claims of %d partitions, section of %d", rp, s.Partitions)
+	}
+	s.Claims = claims
+	if err := s.Validate(); err != nil {
+		return Section{}, wire.Malformed("section: %v", err)
+	}
+	return s, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,12 +26,20 @@ func gossipSamples(t testing.TB, keys *ownership.Keyring) []Message {
 		{Kind: KindStable, Cluster: "c1", Sender: "b"},
 		{Kind: KindState, Cluster: "c1", Sender: "b", Stable: quorum.NewStable(2, []string{"a", "b"}), Register: reg},
 		{Kind: KindState, Cluster: "c1", Sender: "b", Register: reg},
+		{Kind: KindDigest, Cluster: "c1", Sender: "b", Stable: quorum.NewStable(2, []string{"a", "b"}), Digest: reg.Digest()},
+		{Kind: KindDigest, Cluster: "c1", Sender: "b", Digest: Digest{Partitions: 4096, Hashes: make([]uint64, DigestRanges)}},
+		{Kind: KindSection, Cluster: "c1", Sender: "a", Section: reg.Sections([]int{1, 3, 5}, 100)[0]},
+		{Kind: KindSection, Cluster: "c1", Sender: "a", Section: Section{Partitions: 8, Ranges: []int{0, 7}}},
 	}
 }
 
 func sameGossip(a, b Message) bool {
 	if a.Kind != b.Kind || a.Cluster != b.Cluster || a.Sender != b.Sender || a.Claim != b.Claim ||
 		a.Stable.ID() != b.Stable.ID() || (a.Register == nil) != (b.Register == nil) {
+		return false
+	}
+	if !a.Digest.Equal(b.Digest) || a.Section.Partitions != b.Section.Partitions || a.Section.Ask != b.Section.Ask ||
+		!slices.Equal(a.Section.Ranges, b.Section.Ranges) || !slices.Equal(a.Section.Claims, b.Section.Claims) {
 		return false
 	}
 	if a.Register != nil {

@@ -108,6 +108,9 @@ type Register struct {
 	mu     sync.Mutex
 	claims []Claim // indexed by partition; Token.Partition matches
 	n      int     // non-zero claims
+
+	digest Digest // cached by Digest; nil Hashes until the first call
+	dirty  []bool // per range: changed since digest was computed
 }
 
 // NewRegister returns an empty register for partitions 0 to partitions-1,
@@ -162,6 +165,9 @@ func (r *Register) observe(c Claim) bool {
 		r.n++
 	}
 	*cur = c
+	if r.dirty != nil {
+		r.dirty[RangeOf(len(r.claims), c.Token.Partition)] = true
+	}
 	return true
 }
 
@@ -270,7 +276,12 @@ const registerVersion = 1
 
 // AppendBinary appends the encoding of r's state to b.
 func (r *Register) AppendBinary(b []byte) ([]byte, error) {
-	claims := r.snapshot()
+	return appendClaims(b, len(r.claims), r.snapshot()), nil
+}
+
+// appendClaims appends the register encoding of claims (non-zero, in
+// increasing partition order) of a register of partitions partitions.
+func appendClaims(b []byte, partitions int, claims []Claim) []byte {
 	index := make(map[ownership.Node]int)
 	var nodes []ownership.Node
 	for _, c := range claims {
@@ -281,7 +292,7 @@ func (r *Register) AppendBinary(b []byte) ([]byte, error) {
 		}
 	}
 	b = append(b, registerVersion)
-	b = binary.AppendUvarint(b, uint64(len(r.claims)))
+	b = binary.AppendUvarint(b, uint64(partitions))
 	b = binary.AppendUvarint(b, uint64(len(nodes)))
 	for _, n := range nodes {
 		b = append(b, byte(len(n.Name)))
@@ -302,7 +313,7 @@ func (r *Register) AppendBinary(b []byte) ([]byte, error) {
 			b = append(b, t.MAC[:]...)
 		}
 	}
-	return b, nil
+	return b
 }
 
 // MarshalBinary returns the encoding of r's state.
@@ -312,18 +323,34 @@ func (r *Register) MarshalBinary() ([]byte, error) { return r.AppendBinary(nil) 
 // canonical encoding yields an error wrapping ErrMalformedToken. Merge the
 // result into the local register.
 func UnmarshalRegister(b []byte) (*Register, error) {
+	parts, claims, err := readClaims(b)
+	if err != nil {
+		return nil, err
+	}
+	r := &Register{claims: make([]Claim, parts)}
+	for _, c := range claims {
+		r.claims[c.Token.Partition] = c
+	}
+	r.n = len(claims)
+	return r, nil
+}
+
+// readClaims decodes a register's encoding into its partition count and
+// its claims, in increasing partition order, without allocating for the
+// partitions that have none.
+func readClaims(b []byte) (int, []Claim, error) {
 	d := wire.Decoder{B: b}
 	if v := d.Byte(); d.OK() && v != registerVersion {
-		return nil, wire.Malformed("register: unknown version %d", v)
+		return 0, nil, wire.Malformed("register: unknown version %d", v)
 	}
 	parts := d.Uvarint()
 	if d.OK() && (parts < 1 || parts > MaxPartitions) {
-		return nil, wire.Malformed("register: %d partitions", parts)
+		return 0, nil, wire.Malformed("register: %d partitions", parts)
 	}
 	nn := d.Uvarint()
 	// Each node takes at least 2 bytes and is used by a distinct claim.
 	if d.OK() && (nn > parts || nn > uint64(len(d.B))/2) {
-		return nil, wire.Malformed("register: %d nodes", nn)
+		return 0, nil, wire.Malformed("register: %d nodes", nn)
 	}
 	nodes := make([]ownership.Node, 0, nn)
 	seen := make(map[ownership.Node]bool, nn)
@@ -331,10 +358,10 @@ func UnmarshalRegister(b []byte) (*Register, error) {
 		n := ownership.Node{Name: string(d.Bytes(int(d.Byte())))}
 		n.Incarnation = d.Uvarint()
 		if !d.OK() {
-			return nil, d.Err()
+			return 0, nil, d.Err()
 		}
 		if seen[n] {
-			return nil, wire.Malformed("register: node %v twice", n)
+			return 0, nil, wire.Malformed("register: node %v twice", n)
 		}
 		seen[n] = true
 		nodes = append(nodes, n)
@@ -342,12 +369,12 @@ func UnmarshalRegister(b []byte) (*Register, error) {
 	nc := d.Uvarint()
 	// Each claim takes at least 4 bytes.
 	if d.OK() && (nc > parts || nc > uint64(len(d.B))/4) {
-		return nil, wire.Malformed("register: %d claims", nc)
+		return 0, nil, wire.Malformed("register: %d claims", nc)
 	}
 	if !d.OK() {
-		return nil, d.Err()
+		return 0, nil, d.Err()
 	}
-	r := &Register{claims: make([]Claim, parts)}
+	claims := make([]Claim, 0, nc)
 	next, used := uint64(0), uint64(0)
 	for range nc {
 		gap := d.Uvarint()
@@ -361,15 +388,15 @@ func UnmarshalRegister(b []byte) (*Register, error) {
 		}
 		switch {
 		case !d.OK():
-			return nil, d.Err()
+			return 0, nil, d.Err()
 		case p >= parts:
-			return nil, wire.Malformed("register: partition %d out of range", p)
+			return 0, nil, wire.Malformed("register: partition %d out of range", p)
 		case ni > used || ni >= nn:
-			return nil, wire.Malformed("register: node index %d out of order", ni)
+			return 0, nil, wire.Malformed("register: node index %d out of order", ni)
 		case flags&^(wire.FlagMAC|wire.FlagReleased) != 0:
-			return nil, wire.Malformed("register: unknown flags %#x", flags)
+			return 0, nil, wire.Malformed("register: unknown flags %#x", flags)
 		case flags&wire.FlagMAC != 0 && mac == [ownership.MACSize]byte{}:
-			return nil, wire.Malformed("register: MAC flag with an all-zero MAC")
+			return 0, nil, wire.Malformed("register: MAC flag with an all-zero MAC")
 		}
 		if ni == used {
 			used++
@@ -380,17 +407,16 @@ func UnmarshalRegister(b []byte) (*Register, error) {
 			Released: flags&wire.FlagReleased != 0,
 		}
 		if c.Token.IsZero() {
-			return nil, wire.Malformed("register: zero token for partition %d", p)
+			return 0, nil, wire.Malformed("register: zero token for partition %d", p)
 		}
-		r.claims[p] = c
-		r.n++
+		claims = append(claims, c)
 		next = p + 1
 	}
 	if err := d.End(); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if used != nn {
-		return nil, wire.Malformed("register: %d of %d nodes unused", nn-used, nn)
+		return 0, nil, wire.Malformed("register: %d of %d nodes unused", nn-used, nn)
 	}
-	return r, nil
+	return int(parts), claims, nil
 }
