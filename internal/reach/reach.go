@@ -58,6 +58,9 @@ type Check struct {
 	rounds   []round   // counted rounds, within Span and an Interval
 	cutSince time.Time // the first round of a node-wide verdict that holds; zero: none
 	pings    uint64
+
+	vouched  map[string]uint64 // member name to the life this node has had word from directly
+	vouching bool              // the round in flight only seeks word from unvouched members
 }
 
 // run is what one member's pings showed.
@@ -82,7 +85,41 @@ type round struct {
 // New returns a check with no evidence. rnd breaks ties between members
 // pinged equally long ago.
 func New(cfg Config, rnd *rand.Rand) *Check {
-	return &Check{cfg: cfg, rnd: rnd, runs: make(map[string]*run)}
+	return &Check{cfg: cfg, rnd: rnd, runs: make(map[string]*run), vouched: make(map[string]uint64)}
+}
+
+// Vouch records direct word from member m's life: it answered a ping of
+// this node's (memberlist's probe or the check's). A member gossip shows
+// but this node has had no word from directly is hearsay: Unvouched.
+func (c *Check) Vouch(m Member) { c.vouched[m.Name] = m.Incarnation }
+
+// Unvouched returns the members of the view (this node left out) that this
+// node has had no direct word from in their current life, sorted: they
+// count for no quorum (see the package doc). It also forgets the word
+// about members gone from the view, so one that comes back must answer
+// again.
+func (c *Check) Unvouched(members []Member) []string {
+	for name, inc := range c.vouched {
+		i := slices.IndexFunc(members, func(m Member) bool { return m.Name == name })
+		if i < 0 || members[i].Incarnation != inc {
+			delete(c.vouched, name)
+		}
+	}
+	var out []string
+	for _, m := range members {
+		if inc, ok := c.vouched[m.Name]; !ok || inc != m.Incarnation {
+			out = append(out, m.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (c *Check) unvouched(members []Member) []Member {
+	return slices.DeleteFunc(slices.Clone(members), func(m Member) bool {
+		inc, ok := c.vouched[m.Name]
+		return ok && inc == m.Incarnation
+	})
 }
 
 // TickLag is how late a tick ran: the larger of how long after it fired
@@ -132,27 +169,32 @@ func (c *Check) LateThisInterval(now time.Time) bool {
 func (c *Check) Pings() uint64 { return c.pings }
 
 // Due returns the members to ping now, or nil: a round is due every
-// Interval while troubled, one at a time, never while late. The caller
-// pings them and calls Done with the answers.
+// Interval while troubled, or while some member is unvouched (then it
+// pings only those, and its answers only vouch), one at a time, never
+// while late. The caller pings them and calls Done with the answers.
 func (c *Check) Due(now time.Time, troubled bool, members []Member) []Member {
-	if !troubled || c.inflight || len(members) == 0 || !c.started.IsZero() && now.Sub(c.started) < c.cfg.Interval {
+	pool := members
+	if !troubled {
+		pool = c.unvouched(members)
+	}
+	if c.inflight || len(pool) == 0 || !c.started.IsZero() && now.Sub(c.started) < c.cfg.Interval {
 		return nil
 	}
 	if !c.cfg.IgnoreLag && c.LateThisInterval(now) {
 		return nil
 	}
-	k := SampleSize(len(members) + 1)
+	k := min(len(pool), SampleSize(len(members)+1))
 	if c.cfg.PingAll {
-		k = len(members)
+		k = len(pool)
 	}
-	order := slices.Clone(members)
+	order := slices.Clone(pool)
 	c.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	slices.SortStableFunc(order, func(a, b Member) int { return c.lastPinged(a).Compare(c.lastPinged(b)) })
 	order = order[:k]
 	for _, m := range order {
 		c.runOf(m).pinged = now
 	}
-	c.inflight, c.started = true, now
+	c.inflight, c.started, c.vouching = true, now, !troubled
 	c.pings += uint64(k)
 	return order
 }
@@ -185,6 +227,17 @@ func (c *Check) runOf(m Member) *run {
 func (c *Check) Done(start, now time.Time, answers map[string]bool, members []Member) bool {
 	c.inflight = false
 	c.forget(members)
+	for _, m := range members {
+		if answers[m.Name] {
+			c.Vouch(m) // an answer is word from m, however late it was read
+		}
+	}
+	if c.vouching {
+		// A round run only to vouch (no trouble): its misses and lateness
+		// are no evidence, as no round is while untroubled.
+		c.vouching = false
+		return true
+	}
 	if d := now.Sub(start) - c.cfg.Timeout; d > 0 {
 		c.lags = append(c.lags, lagSample{now, d})
 	}
