@@ -206,7 +206,7 @@ func (l *loop) unvouched(members map[string]ownership.Member) []string {
 	if l.c.cfg.MinQuorum == 1 || l.c.ml == nil {
 		return nil
 	}
-	return l.reach.Unvouched(l.reachMembers(members))
+	return l.reach.Unvouched(l.c.cfg.Clock.Now(), l.reachMembers(members))
 }
 
 // acks collects the members whose answer to a probe of memberlist's came

@@ -59,8 +59,16 @@ type Check struct {
 	cutSince time.Time // the first round of a node-wide verdict that holds; zero: none
 	pings    uint64
 
-	vouched  map[string]uint64 // member name to the life this node has had word from directly
-	vouching bool              // the round in flight only seeks word from unvouched members
+	words    map[string]*word // per member of the view: what this node heard from it directly
+	vouching bool             // the round in flight only seeks word from unvouched members
+}
+
+// word is whether this node has had direct word from one life of a member,
+// and since when that life is in its view.
+type word struct {
+	incarnation uint64
+	since       time.Time
+	vouched     bool
 }
 
 // run is what one member's pings showed.
@@ -85,41 +93,58 @@ type round struct {
 // New returns a check with no evidence. rnd breaks ties between members
 // pinged equally long ago.
 func New(cfg Config, rnd *rand.Rand) *Check {
-	return &Check{cfg: cfg, rnd: rnd, runs: make(map[string]*run), vouched: make(map[string]uint64)}
+	return &Check{cfg: cfg, rnd: rnd, runs: make(map[string]*run), words: make(map[string]*word)}
 }
 
 // Vouch records direct word from member m's life: it answered a ping of
 // this node's (memberlist's probe or the check's). A member gossip shows
 // but this node has had no word from directly is hearsay: Unvouched.
-func (c *Check) Vouch(m Member) { c.vouched[m.Name] = m.Incarnation }
+func (c *Check) Vouch(m Member) {
+	w, ok := c.words[m.Name]
+	if !ok || w.incarnation != m.Incarnation {
+		w = &word{incarnation: m.Incarnation}
+		c.words[m.Name] = w
+	}
+	w.vouched = true
+}
 
 // Unvouched returns the members of the view (this node left out) that this
-// node has had no direct word from in their current life, sorted: they
-// count for no quorum (see the package doc). It also forgets the word
-// about members gone from the view, so one that comes back must answer
-// again.
-func (c *Check) Unvouched(members []Member) []string {
-	for name, inc := range c.vouched {
+// node has had no direct word from in their current life, sorted, for Hold
+// at most since it first saw that life in its view (by then memberlist
+// has dropped a member that is really gone; one it still lists reaches
+// this node by other paths): they count for no quorum (see the package
+// doc). It also ages the word: a member gone from the view must answer
+// again when it comes back. Call it with non-decreasing times.
+func (c *Check) Unvouched(now time.Time, members []Member) []string {
+	for name, w := range c.words {
 		i := slices.IndexFunc(members, func(m Member) bool { return m.Name == name })
-		if i < 0 || members[i].Incarnation != inc {
-			delete(c.vouched, name)
+		if i < 0 || members[i].Incarnation != w.incarnation {
+			delete(c.words, name)
 		}
 	}
 	var out []string
-	for _, m := range members {
-		if inc, ok := c.vouched[m.Name]; !ok || inc != m.Incarnation {
-			out = append(out, m.Name)
-		}
+	for _, m := range c.unvouched(now, members) {
+		out = append(out, m.Name)
 	}
 	slices.Sort(out)
 	return out
 }
 
-func (c *Check) unvouched(members []Member) []Member {
-	return slices.DeleteFunc(slices.Clone(members), func(m Member) bool {
-		inc, ok := c.vouched[m.Name]
-		return ok && inc == m.Incarnation
-	})
+// unvouched returns the members, of members, that count as unvouched at
+// now, and starts the hearsay of the ones new to the view.
+func (c *Check) unvouched(now time.Time, members []Member) []Member {
+	var out []Member
+	for _, m := range members {
+		w, ok := c.words[m.Name]
+		if !ok || w.incarnation != m.Incarnation {
+			w = &word{incarnation: m.Incarnation, since: now}
+			c.words[m.Name] = w
+		}
+		if !w.vouched && now.Sub(w.since) < c.cfg.Hold {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // TickLag is how late a tick ran: the larger of how long after it fired
@@ -175,7 +200,7 @@ func (c *Check) Pings() uint64 { return c.pings }
 func (c *Check) Due(now time.Time, troubled bool, members []Member) []Member {
 	pool := members
 	if !troubled {
-		pool = c.unvouched(members)
+		pool = c.unvouched(now, members)
 	}
 	if c.inflight || len(pool) == 0 || !c.started.IsZero() && now.Sub(c.started) < c.cfg.Interval {
 		return nil

@@ -255,11 +255,11 @@ func TestHearsayIsUnvouched(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	// The joiner's view: its seed m3 and m0, which only m3's list shows.
 	members := []Member{{Name: "m0", Incarnation: 1}, {Name: "m3", Incarnation: 1}}
-	if got := c.Unvouched(members); !slices.Equal(got, []string{"m0", "m3"}) {
+	if got := c.Unvouched(t0, members); !slices.Equal(got, []string{"m0", "m3"}) {
 		t.Fatalf("a new node's view: unvouched %v, want both", got)
 	}
 	c.Vouch(Member{Name: "m3", Incarnation: 1}) // memberlist's probe of m3 answered
-	for at := time.Duration(0); at <= 3*local.Span; at += local.Interval {
+	for at := time.Duration(0); at <= 2*local.Span; at += local.Interval {
 		now := t0.Add(at)
 		c.Lagged(now, 0)
 		due := c.Due(now, false, members)
@@ -267,32 +267,39 @@ func TestHearsayIsUnvouched(t *testing.T) {
 			t.Fatalf("untroubled round at %v pings %v, want only m0 (the unvouched member)", at, due)
 		}
 		c.Done(now, now.Add(local.Timeout), map[string]bool{"m0": false}, members)
-		if got := c.Unvouched(members); !slices.Equal(got, []string{"m0"}) {
+		if got := c.Unvouched(now, members); !slices.Equal(got, []string{"m0"}) {
 			t.Fatalf("at %v: unvouched %v, want m0: no answer, no word", at, got)
 		}
 		if got := c.Unreachable(now, false, members); got != nil {
 			t.Fatalf("at %v, untroubled: unreachable %v, want none (vouching rounds blame nobody)", at, got)
 		}
 	}
-	// Once m0 answers it counts, and stays counted without more pings.
-	now := t0.Add(4 * local.Span)
+	// Hearsay counts after Hold (memberlist would have dropped a member
+	// really gone): one that answers only by other paths isn't shut out.
+	if got := c.Unvouched(t0.Add(local.Hold-time.Millisecond), members); !slices.Equal(got, []string{"m0"}) {
+		t.Fatalf("just before Hold: unvouched %v, want m0", got)
+	}
+	if got := c.Unvouched(t0.Add(local.Hold), members); got != nil {
+		t.Fatalf("after Hold: unvouched %v, want none", got)
+	}
+	// A new life, or leaving the view, needs new word; an answer vouches.
+	now := t0.Add(local.Hold + local.Interval)
+	members[0].Incarnation = 2
+	if got := c.Unvouched(now, members); !slices.Equal(got, []string{"m0"}) {
+		t.Fatalf("m0 restarted: unvouched %v, want m0", got)
+	}
 	due := c.Due(now, false, members)
 	c.Done(now, now.Add(local.Timeout), map[string]bool{"m0": true}, members)
-	if len(due) != 1 || len(c.Unvouched(members)) != 0 {
-		t.Fatalf("after m0 answered: unvouched %v, want none", c.Unvouched(members))
+	if len(due) != 1 || c.Unvouched(now, members) != nil {
+		t.Fatalf("after m0 answered: unvouched %v, want none", c.Unvouched(now, members))
 	}
 	if due := c.Due(now.Add(local.Interval), false, members); due != nil {
 		t.Fatalf("every member vouched, no trouble: pings %v, want none", due)
 	}
-	// A new life, or leaving the view, needs new word.
-	members[0].Incarnation = 2
-	if got := c.Unvouched(members); !slices.Equal(got, []string{"m0"}) {
-		t.Fatalf("m0 restarted: unvouched %v, want m0", got)
-	}
-	if got := c.Unvouched(members[1:]); got != nil {
+	if got := c.Unvouched(now, members[1:]); got != nil {
 		t.Fatalf("m0 gone: unvouched %v, want none", got)
 	}
-	if got := c.Unvouched(members); !slices.Equal(got, []string{"m0"}) {
+	if got := c.Unvouched(now, members); !slices.Equal(got, []string{"m0"}) {
 		t.Fatalf("m0 back in the view: unvouched %v, want m0", got)
 	}
 }
@@ -305,7 +312,7 @@ func TestVouchingIsBounded(t *testing.T) {
 	members := view(50)
 	t0 := time.Unix(1000, 0)
 	rounds := 0
-	for at := time.Duration(0); len(c.Unvouched(members)) > 0; at += local.Interval {
+	for at := time.Duration(0); len(c.Unvouched(t0.Add(at), members)) > 0; at += local.Interval {
 		now := t0.Add(at)
 		due := c.Due(now, false, members)
 		if len(due) > SampleSize(50) {
@@ -317,7 +324,7 @@ func TestVouchingIsBounded(t *testing.T) {
 		}
 		c.Done(now, now.Add(local.Timeout), res, members)
 		if rounds++; rounds > 9 {
-			t.Fatalf("after %d rounds still unvouched: %v", rounds, c.Unvouched(members))
+			t.Fatalf("after %d rounds still unvouched: %v", rounds, c.Unvouched(now, members))
 		}
 	}
 	if due := c.Due(t0.Add(time.Hour), false, members); due != nil {
