@@ -274,6 +274,10 @@ func TestHearsayIsUnvouched(t *testing.T) {
 			t.Fatalf("at %v, untroubled: unreachable %v, want none (vouching rounds blame nobody)", at, got)
 		}
 	}
+	// Trouble begins: the vouching rounds' misses are no evidence.
+	if got := c.Unreachable(t0.Add(2*local.Span), true, members); got != nil {
+		t.Fatalf("troubled after vouching rounds m0 missed: unreachable %v, want none yet", got)
+	}
 	// Hearsay counts after Hold (memberlist would have dropped a member
 	// really gone): one that answers only by other paths isn't shut out.
 	if got := c.Unvouched(t0.Add(local.Hold-time.Millisecond), members); !slices.Equal(got, []string{"m0"}) {
