@@ -52,6 +52,19 @@ import (
 // because a ping it couldn't wait for is evidence against itself. A Late node that is also cut off has no verdict and keeps
 // memberlist's: it can't promise to end its leases before the majority's
 // Grace (the fence still stops its writes).
+//
+// And it keeps hearsay out of the quorum (issue 11, defect 4, under load):
+// a node that joins takes its seed's member list whole, and a seed on the
+// minority side of a split still lists members its failure detector has
+// not given up on (its own check counts them unreachable; the joiner, with
+// no trouble and no evidence, counted them and claimed). So a member
+// counts only once this node has had word from it directly: memberlist's
+// probe of it answered (NotifyPingComplete, collected in acks and vouched
+// for at the next tick) or a ping of the check's did; until then, for
+// reachHold at most, the view marks it Unreachable (reach.Unvouched; it
+// shows in Status as no quorum, not as an unreachable member). While a
+// member is unvouched, an untroubled node pings the unvouched ones,
+// reach.SampleSize a round, and blames none.
 
 // reachMisses is the fewest pings in a row a member must miss to be
 // counted unreachable, and the fewest rounds a node-wide verdict needs: a
