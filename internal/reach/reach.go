@@ -64,11 +64,12 @@ type Check struct {
 }
 
 // word is whether this node has had direct word from one life of a member,
-// and since when that life is in its view.
+// since when that life is in its view, and since when it is out of it.
 type word struct {
 	incarnation uint64
 	since       time.Time
 	vouched     bool
+	absent      time.Time // since when the member is out of the view; zero: in it
 }
 
 // run is what one member's pings showed.
@@ -113,12 +114,19 @@ func (c *Check) Vouch(m Member) {
 // at most since it first saw that life in its view (by then memberlist
 // has dropped a member that is really gone; one it still lists reaches
 // this node by other paths): they count for no quorum (see the package
-// doc). It also ages the word: a member gone from the view must answer
-// again when it comes back. Call it with non-decreasing times.
+// doc). It also ages the word: a member gone from the view for Hold must
+// answer again when it comes back (one that memberlist drops and lists
+// again for a moment, as it does under load, keeps its word: forgetting
+// it made every such flap cost the node its quorum). Call it with
+// non-decreasing times.
 func (c *Check) Unvouched(now time.Time, members []Member) []string {
 	for name, w := range c.words {
-		i := slices.IndexFunc(members, func(m Member) bool { return m.Name == name })
-		if i < 0 || members[i].Incarnation != w.incarnation {
+		switch i := slices.IndexFunc(members, func(m Member) bool { return m.Name == name }); {
+		case i >= 0:
+			w.absent = time.Time{}
+		case w.absent.IsZero():
+			w.absent = now
+		case now.Sub(w.absent) >= c.cfg.Hold:
 			delete(c.words, name)
 		}
 	}
