@@ -241,3 +241,104 @@ func TestLateReadsMakeTheNodeLate(t *testing.T) {
 		t.Fatal("a round read in time was discounted or made the node late")
 	}
 }
+
+// Issue 11, defect 4, under load: a node restarted on the minority side
+// joined a seed whose member list still showed a member cut off by the
+// split (the seed's own check counted it unreachable, its failure detector
+// had not given up yet). The joiner took that list, had no trouble and no
+// evidence of its own, and counted the cut-off member for its quorum. A
+// member counts only once this node has had word from it directly: until
+// it answers, it is Unvouched, and an untroubled node pings the unvouched
+// ones (only those, SampleSize at most a round) without blaming any.
+func TestHearsayIsUnvouched(t *testing.T) {
+	c := New(local, rand.New(rand.NewPCG(1, 2)))
+	t0 := time.Unix(1000, 0)
+	// The joiner's view: its seed m3 and m0, which only m3's list shows.
+	members := []Member{{Name: "m0", Incarnation: 1}, {Name: "m3", Incarnation: 1}}
+	if got := c.Unvouched(t0, members); !slices.Equal(got, []string{"m0", "m3"}) {
+		t.Fatalf("a new node's view: unvouched %v, want both", got)
+	}
+	c.Vouch(Member{Name: "m3", Incarnation: 1}) // memberlist's probe of m3 answered
+	for at := time.Duration(0); at <= 2*local.Span; at += local.Interval {
+		now := t0.Add(at)
+		c.Lagged(now, 0)
+		due := c.Due(now, false, members)
+		if len(due) != 1 || due[0].Name != "m0" {
+			t.Fatalf("untroubled round at %v pings %v, want only m0 (the unvouched member)", at, due)
+		}
+		c.Done(now, now.Add(local.Timeout), map[string]bool{"m0": false}, members)
+		if got := c.Unvouched(now, members); !slices.Equal(got, []string{"m0"}) {
+			t.Fatalf("at %v: unvouched %v, want m0: no answer, no word", at, got)
+		}
+		if got := c.Unreachable(now, false, members); got != nil {
+			t.Fatalf("at %v, untroubled: unreachable %v, want none (vouching rounds blame nobody)", at, got)
+		}
+	}
+	// Trouble begins: the vouching rounds' misses are no evidence.
+	if got := c.Unreachable(t0.Add(2*local.Span), true, members); got != nil {
+		t.Fatalf("troubled after vouching rounds m0 missed: unreachable %v, want none yet", got)
+	}
+	// Hearsay counts after Hold (memberlist would have dropped a member
+	// really gone): one that answers only by other paths isn't shut out.
+	if got := c.Unvouched(t0.Add(local.Hold-time.Millisecond), members); !slices.Equal(got, []string{"m0"}) {
+		t.Fatalf("just before Hold: unvouched %v, want m0", got)
+	}
+	if got := c.Unvouched(t0.Add(local.Hold), members); got != nil {
+		t.Fatalf("after Hold: unvouched %v, want none", got)
+	}
+	// A new life, or leaving the view, needs new word; an answer vouches.
+	now := t0.Add(local.Hold + local.Interval)
+	members[0].Incarnation = 2
+	if got := c.Unvouched(now, members); !slices.Equal(got, []string{"m0"}) {
+		t.Fatalf("m0 restarted: unvouched %v, want m0", got)
+	}
+	due := c.Due(now, false, members)
+	c.Done(now, now.Add(local.Timeout), map[string]bool{"m0": true}, members)
+	if len(due) != 1 || c.Unvouched(now, members) != nil {
+		t.Fatalf("after m0 answered: unvouched %v, want none", c.Unvouched(now, members))
+	}
+	if due := c.Due(now.Add(local.Interval), false, members); due != nil {
+		t.Fatalf("every member vouched, no trouble: pings %v, want none", due)
+	}
+	// Out of the view for a moment (memberlist flaps under load): the
+	// word stays. Out for Hold: it must answer again.
+	if got := c.Unvouched(now, members[1:]); got != nil {
+		t.Fatalf("m0 gone: unvouched %v, want none", got)
+	}
+	if got := c.Unvouched(now.Add(local.Hold-time.Millisecond), members); got != nil {
+		t.Fatalf("m0 back within Hold: unvouched %v, want none", got)
+	}
+	c.Unvouched(now.Add(local.Hold), members[1:])
+	c.Unvouched(now.Add(2*local.Hold), members[1:])
+	if got := c.Unvouched(now.Add(2*local.Hold), members); !slices.Equal(got, []string{"m0"}) {
+		t.Fatalf("m0 back after Hold away: unvouched %v, want m0", got)
+	}
+}
+
+// Vouching pings are SampleSize a round: a node that joins a 50-member view
+// has word from all of them after about (n-1)/SampleSize(n) rounds, and
+// pings nobody after that.
+func TestVouchingIsBounded(t *testing.T) {
+	c := New(local, rand.New(rand.NewPCG(3, 4)))
+	members := view(50)
+	t0 := time.Unix(1000, 0)
+	rounds := 0
+	for at := time.Duration(0); len(c.Unvouched(t0.Add(at), members)) > 0; at += local.Interval {
+		now := t0.Add(at)
+		due := c.Due(now, false, members)
+		if len(due) > SampleSize(50) {
+			t.Fatalf("round %d pings %d, want at most %d", rounds, len(due), SampleSize(50))
+		}
+		res := map[string]bool{}
+		for _, m := range due {
+			res[m.Name] = true
+		}
+		c.Done(now, now.Add(local.Timeout), res, members)
+		if rounds++; rounds > 9 {
+			t.Fatalf("after %d rounds still unvouched: %v", rounds, c.Unvouched(now, members))
+		}
+	}
+	if due := c.Due(t0.Add(time.Hour), false, members); due != nil {
+		t.Fatalf("all vouched: pings %v", due)
+	}
+}
