@@ -42,7 +42,7 @@ type Coordinator struct {
 	self ownership.Node
 	log  *slog.Logger
 
-	reg    *gossip.Register // claims heard and made, gossiped
+	reg    *gossip.Register // the machine's record of claims (MachineConfig.Register), gossiped
 	auth   ownership.Authority
 	view   atomic.Pointer[view]
 	leases *registry // written by the loop only; Lease reads its served slots
@@ -323,7 +323,9 @@ func (c *Coordinator) start(ctx context.Context) error {
 			return err
 		}
 	}
-	m, err := machine.NewMachine(c.cfg.machineConfig(c.self))
+	mcfg := c.cfg.machineConfig(c.self)
+	mcfg.Register = c.reg // the machine records claims; the delegate gossips them
+	m, err := machine.NewMachine(mcfg)
 	if err != nil {
 		return err
 	}
