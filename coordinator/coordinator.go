@@ -323,9 +323,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 			return err
 		}
 	}
-	mcfg := c.cfg.machineConfig(c.self)
-	mcfg.Register = c.reg // the machine records claims; the delegate gossips them
-	m, err := machine.NewMachine(mcfg)
+	m, err := machine.NewMachine(c.machineConfig())
 	if err != nil {
 		return err
 	}

@@ -108,6 +108,15 @@ type knownMember struct {
 	lastSeen time.Time
 }
 
+// machineConfig is the machine's configuration: Config's, with the
+// coordinator's register as the machine's record of claims (the delegate
+// gossips it).
+func (c *Coordinator) machineConfig() machine.MachineConfig {
+	mc := c.cfg.machineConfig(c.self)
+	mc.Register = c.reg
+	return mc
+}
+
 func newLoop(c *Coordinator, m *machine.Machine) *loop {
 	return &loop{
 		c:       c,
