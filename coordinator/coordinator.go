@@ -42,7 +42,7 @@ type Coordinator struct {
 	self ownership.Node
 	log  *slog.Logger
 
-	reg    *gossip.Register // claims heard and made, gossiped
+	reg    *gossip.Register // the machine's record of claims (MachineConfig.Register), gossiped
 	auth   ownership.Authority
 	view   atomic.Pointer[view]
 	leases *registry // written by the loop only; Lease reads its served slots
@@ -327,7 +327,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 			return err
 		}
 	}
-	m, err := machine.NewMachine(c.cfg.machineConfig(c.self))
+	m, err := machine.NewMachine(c.machineConfig())
 	if err != nil {
 		return err
 	}

@@ -109,6 +109,15 @@ type knownMember struct {
 	lastSeen time.Time
 }
 
+// machineConfig is the machine's configuration: Config's, with the
+// coordinator's register as the machine's record of claims (the delegate
+// gossips it).
+func (c *Coordinator) machineConfig() machine.MachineConfig {
+	mc := c.cfg.machineConfig(c.self)
+	mc.Register = c.reg
+	return mc
+}
+
 func newLoop(c *Coordinator, m *machine.Machine) *loop {
 	return &loop{
 		c:       c,
@@ -176,8 +185,8 @@ func (l *loop) shutdown() {
 	l.workers.Wait()
 }
 
-// heard feeds what gossip brought to the machine. With relay, a claim new
-// to this node is broadcast on.
+// heard feeds what gossip brought to the machine. With relay, a claim the
+// machine says is new to this node is broadcast on.
 func (l *loop) heard(hs []heard, relay bool) {
 	c := l.c
 	for _, h := range hs {
@@ -185,10 +194,7 @@ func (l *loop) heard(hs []heard, relay bool) {
 			l.m.HeardStable(h.stable)
 		}
 		for _, cl := range h.claims {
-			if cl.Token.IsZero() || int(cl.Token.Partition) >= c.cfg.Ring.Partitions {
-				continue
-			}
-			changed, err := c.reg.ObserveHeard(cl)
+			changed, err := l.m.Heard(cl)
 			if err != nil {
 				c.log.Warn("refused gossiped claim", "claim", cl, "err", err)
 				c.metrics.gossipDropped.Inc()
@@ -202,7 +208,6 @@ func (l *loop) heard(hs []heard, relay bool) {
 				}
 				l.holderChanged(cl)
 			}
-			l.m.Heard(cl)
 		}
 	}
 }
@@ -216,14 +221,14 @@ func (l *loop) holderChanged(cl gossip.Claim) {
 	l.c.subs.publish(e)
 }
 
-// refreshMembers builds a view from the live members and gives it to the
-// machine: the ring places partitions on the members that are not leaving.
+// refreshMembers reports the live members, as their metadata shows them,
+// to the machine: machine.BuildView decides the view, and the ring is
+// built over the members it places on.
 func (l *loop) refreshMembers() {
 	c := l.c
 	live, left := c.nodes.snapshot()
 	members := make(map[string]ownership.Member)
 	var vms []machine.ViewMember
-	var placed []string
 	now := c.cfg.Clock.Now()
 	for _, e := range live {
 		if e.err != nil || c.refusal(e.member.Name, e.meta) != nil {
@@ -232,9 +237,6 @@ func (l *loop) refreshMembers() {
 		members[e.member.Name] = e.member
 		l.known[e.member.Name] = knownMember{addr: e.member.GossipAddr, lastSeen: now}
 		vms = append(vms, machine.ViewMember{Name: e.member.Name, Incarnation: e.meta.Incarnation, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
-		if !e.meta.Leaving {
-			placed = append(placed, e.member.Name)
-		}
 	}
 	for _, name := range left {
 		delete(l.known, name)
@@ -252,31 +254,32 @@ func (l *loop) refreshMembers() {
 			defer c.subs.publish(Event{Kind: EventMemberLeft, Node: name, Time: now})
 		}
 	}
-	slices.Sort(placed)
 	old := c.Table()
 	v := &view{table: old, members: members, unreachable: l.unreach}
-	if old == nil || !slices.Equal(placed, l.names) {
-		if len(placed) > 0 {
-			t, err := ring.New(placed, c.cfg.Ring)
-			if err != nil {
-				c.log.Error("ring rebuild failed; keeping the previous table", "members", len(placed), "err", err)
-			} else {
-				v.table = t
-				l.names = placed
-				defer l.published(old, t, members) // once the view holds t
-			}
+	mv := machine.BuildView(vms, left, func(placed []string) machine.Placement {
+		if old != nil && slices.Equal(placed, l.names) {
+			return old
 		}
-		// With no member to place on (every one is leaving, this node
-		// too), the last table stays for routing: nothing is placed on it
-		// any more.
+		t, err := ring.New(placed, c.cfg.Ring)
+		if err != nil {
+			c.log.Error("ring rebuild failed; keeping the previous table", "members", len(placed), "err", err)
+			if old == nil {
+				return nil
+			}
+			return old
+		}
+		v.table = t
+		l.names = placed
+		return t
+	})
+	// With no member to place on (every one is leaving, this node too),
+	// the last table stays for routing: nothing is placed on it any more.
+	if v.table != old {
+		defer l.published(old, v.table, members) // once the view holds it
 	}
 	c.view.Store(v)
-	var pl machine.Placement
-	if v.table != nil && len(placed) > 0 {
-		pl = v.table
-	}
 	c.metrics.members.Set(float64(len(members)))
-	if err := l.m.SetView(machine.View{Members: vms, Placement: pl, Left: left}); err != nil {
+	if err := l.m.SetView(mv); err != nil {
 		c.log.Error("view", "err", err)
 	}
 }
@@ -378,13 +381,9 @@ func (l *loop) apply(in input) {
 		c.log.Warn("the resource lost its fence; ending the lease", "token", in.token)
 		l.m.NotFenced(in.token)
 	case inResign:
-		ph, tok := l.m.Phase(in.partition)
-		if ph < machine.Fencing || ph == machine.Releasing {
-			in.done <- ownership.ErrLeaseEnded
-			return
-		}
-		l.m.Resign(tok, false)
-		in.done <- nil
+		// The machine decides whether the lease may be resigned.
+		_, tok := l.m.Phase(in.partition)
+		in.done <- l.m.Resign(tok, false)
 	case inEnded:
 		if e := l.leases.get(in.token); e != nil && !e.ended {
 			// A handler ended its lease itself: that is a resignation.
@@ -434,7 +433,7 @@ func (l *loop) perform() {
 			}
 		case machine.ActPublish:
 			cl := gossip.Claim{Token: a.Token, Released: a.Released}
-			if c.reg.ObserveClaim(cl) {
+			if a.New { // the machine has recorded it
 				l.holderChanged(cl)
 			}
 			c.broadcastClaim(cl)

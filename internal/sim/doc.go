@@ -12,7 +12,10 @@
 // crashes),
 // the coordinator's reach check, run by the coordinator's own policy
 // (internal/reach) on the model's pings, and late nodes whose loops lag
-// and whose ticks bunch),
+// and whose ticks bunch; each view is built by the coordinator's own
+// function, machine.BuildView, from the members' metadata as it is now:
+// the model does not yet delay a change of it by the gossip that carries
+// it),
 // gossip broadcasts and push/pull state exchanges carried as the real
 // encoded messages, an authority (each node's gossip authority, or a strict
 // compare-and-swap authority like the SQL one), a fenced resource in Exact

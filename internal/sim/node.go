@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/tenure-go/tenure/internal/reach"
@@ -111,7 +110,7 @@ func (n *node) start(bootstrap bool) {
 		GraceTicks: c.Grace, HandoffTicks: c.Handoff, StepDownTicks: c.StepDown,
 		StableAfterTicks: c.StableAfter, RetryTicks: c.Retry, MaxRetryTicks: c.MaxRetry,
 		AcquireTicks: c.Acquire, ReleaseTicks: c.Release, MaxClaims: c.maxClaims(),
-		Rand: s.rng, Knobs: &knobs,
+		Rand: s.rng, Knobs: &knobs, Register: n.reg,
 	})
 	if err != nil {
 		panic(err)
@@ -214,33 +213,28 @@ func (n *node) tick() {
 // placed returns the members the node's ring places on, as it sees them.
 func (n *node) placed() []string {
 	members, _ := n.s.net.viewPeek(n.idx)
-	var out []string
-	for _, j := range members {
-		if m := n.s.nodes[j]; !m.leaving {
-			out = append(out, m.name)
-		}
+	return machine.Placed(n.members(members))
+}
+
+// members is what the node's shell reports of the members it sees, as
+// the coordinator's loop reports them from memberlist's.
+func (n *node) members(seen []int) []machine.ViewMember {
+	s := n.s
+	out := make([]machine.ViewMember, 0, len(seen))
+	for _, j := range seen {
+		m := s.nodes[j]
+		out = append(out, machine.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stableID, Leaving: m.leaving,
+			Unreachable: s.net.unreach[n.idx][j]})
 	}
 	return out
 }
 
-// setView gives the machine the node's current view.
+// setView gives the machine the node's current view, built as the
+// coordinator's loop builds it.
 func (n *node) setView() {
 	s := n.s
 	members, left := s.net.view(n.idx)
-	v := machine.View{Left: left}
-	var placed []string
-	for _, j := range members {
-		m := s.nodes[j]
-		v.Members = append(v.Members, machine.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stableID, Leaving: m.leaving,
-			Unreachable: s.net.unreach[n.idx][j]})
-		if !m.leaving {
-			placed = append(placed, m.name)
-		}
-	}
-	slices.Sort(placed)
-	if len(placed) > 0 {
-		v.Placement = s.table(placed)
-	}
+	v := machine.BuildView(n.members(members), left, func(names []string) machine.Placement { return s.table(names) })
 	s.Events++
 	if err := n.m.SetView(v); err != nil {
 		panic(err)
@@ -320,8 +314,7 @@ func (n *node) perform() {
 		case machine.ActPublish:
 			s.tracef("%s publishes %v released=%v", n.name, a.Token, a.Released)
 			cl := gossip.Claim{Token: a.Token, Released: a.Released}
-			n.reg.ObserveClaim(cl)
-			n.observed(cl.Token.Partition)
+			n.observed(cl.Token.Partition) // the machine has recorded it
 			n.gossip(gossip.Message{Kind: gossip.KindClaim, Claim: cl})
 		case machine.ActStable:
 			s.chk.adopted(n, a.Stable)
@@ -464,9 +457,9 @@ func (n *node) receiveOpened(life int, ms []gossip.Message) {
 	})
 }
 
-// take is what the delegate does with an opened message: the stable
-// membership to the machine, each claim to the register and the machine,
-// and a claim new to the node on to the others (claims spread
+// take is what the delegate and the loop do with an opened message: the
+// stable membership and each claim to the machine, and a claim the
+// machine says is new to the node on to the others (claims spread
 // epidemically; the scale mode's formation delivers to every member, so
 // nobody relays).
 func (n *node) take(ch gossip.Channel, m gossip.Message) {
@@ -481,10 +474,13 @@ func (n *node) take(ch gossip.Channel, m gossip.Message) {
 	for c := range m.Claims() {
 		var changed bool
 		if s.cfg.Bugs.TrustGossip {
+			// The buggy shell records the claim itself, unchecked (no
+			// bound on its epoch), before the machine hears it.
 			changed = n.reg.ObserveClaim(c)
+			n.m.Heard(c)
 		} else {
 			var err error
-			if changed, err = n.reg.ObserveHeard(c); err != nil {
+			if changed, err = n.m.Heard(c); err != nil {
 				continue
 			}
 		}
@@ -494,7 +490,6 @@ func (n *node) take(ch gossip.Channel, m gossip.Message) {
 		if changed && relay && m.Kind == gossip.KindClaim {
 			n.gossip(gossip.Message{Kind: gossip.KindClaim, Claim: c})
 		}
-		n.m.Heard(c)
 	}
 }
 

@@ -89,6 +89,8 @@ const (
 	// writes may already be rejected by the resource.
 	ActEnd
 	// ActPublish: gossip the claim (Token, Released) to the other nodes.
+	// The machine has recorded it in its register already (New says
+	// whether that changed the register).
 	ActPublish
 	// ActStable: the stable membership changed to Stable: keep it for
 	// gossip (state and node metadata) and broadcast it.
@@ -122,6 +124,10 @@ type Action struct {
 	Token ownership.Token
 	// Released: for ActPublish, whether the claim is a release.
 	Released bool
+	// New: for ActPublish, whether the claim changed the register (it
+	// was not there already: a gossip authority records the tokens it
+	// mints as it mints them).
+	New bool
 	// Cause: for ActEnd, why the lease ends; for ActRelease, nil for a
 	// planned release and otherwise why the lease already ended.
 	Cause error
@@ -235,6 +241,14 @@ type MachineConfig struct {
 	MaxClaims int
 	// Rand draws the backoff jitter. Nil: no jitter.
 	Rand *rand.Rand
+	// Register is the record of claims the machine keeps: every claim it
+	// hears (Heard) or publishes (ActPublish) is recorded in it before the
+	// shell learns of it. It is safe for concurrent use, so the shell's
+	// gossip may read it (push/pull state) from other goroutines, and a
+	// gossip authority (gossip.NewAuthority) may mint into it; nothing else
+	// writes to it. Its partition count must be Partitions. Nil: the
+	// machine makes its own (see Machine.Register).
+	Register *gossip.Register
 	// Knobs are for tenure's own tests (see TestingKnobs). Nil in programs.
 	Knobs *TestingKnobs
 }
@@ -249,6 +263,8 @@ func (c MachineConfig) Validate() error {
 	case c.GraceTicks < 0 || c.HandoffTicks < 0 || c.StepDownTicks < 0 || c.StableAfterTicks < 0 ||
 		c.RetryTicks < 0 || c.MaxRetryTicks < 0 || c.AcquireTicks < 0 || c.ReleaseTicks < 0 || c.MinQuorum < 0 || c.MaxClaims < 0:
 		return errors.New("machine: MachineConfig counts must not be negative")
+	case c.Register != nil && c.Register.Partitions() != c.Partitions:
+		return fmt.Errorf("machine: MachineConfig.Register has %d partitions, want %d", c.Register.Partitions(), c.Partitions)
 	}
 	return nil
 }
@@ -320,6 +336,7 @@ type part struct {
 // A Machine is not safe for concurrent use: the shell serializes calls.
 type Machine struct {
 	cfg      MachineConfig
+	reg      *gossip.Register // the record of claims, gossiped (see MachineConfig.Register)
 	parts    []part
 	place    Placement
 	members  []string          // the view's members, sorted
@@ -344,7 +361,14 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	if cfg.MaxRetryTicks == 0 {
 		cfg.MaxRetryTicks = 32 * cfg.RetryTicks
 	}
-	m := &Machine{cfg: cfg, parts: make([]part, cfg.Partitions)}
+	m := &Machine{cfg: cfg, reg: cfg.Register, parts: make([]part, cfg.Partitions)}
+	if m.reg == nil {
+		reg, err := gossip.NewRegister(cfg.Partitions)
+		if err != nil {
+			return nil, err
+		}
+		m.reg = reg
+	}
 	m.q = tracker{
 		self:        cfg.Self.Name,
 		bootstrap:   cfg.Bootstrap,
@@ -368,6 +392,11 @@ func (m *Machine) Ready() []Action {
 	m.out = nil
 	return out
 }
+
+// Register returns the machine's record of claims: for every partition the
+// highest claim heard or published. It is safe for concurrent use; only
+// the machine (and a gossip authority minting into it) writes to it.
+func (m *Machine) Register() *gossip.Register { return m.reg }
 
 // Now returns the machine's logical time in ticks.
 func (m *Machine) Now() uint64 { return m.now }
@@ -503,20 +532,33 @@ func (m *Machine) Shutdown(cause error) {
 }
 
 // Heard records a claim or release heard from gossip (or read anywhere
-// else). A claim above this node's grant supersedes it: the lease ends.
-func (m *Machine) Heard(c gossip.Claim) {
+// else), in the register and in the machine's own state. A claim above
+// this node's grant supersedes it: the lease ends.
+//
+// It reports whether the claim was new to the register: only then should
+// the shell pass it on, so claims spread epidemically and not only from
+// their origin. A claim that would raise its partition's epoch by more
+// than gossip.MaxEpochJump is refused (an error wrapping
+// ownership.ErrMalformedToken) and changes nothing. A claim with the zero
+// token or for a partition out of range is ignored (false, nil).
+func (m *Machine) Heard(c gossip.Claim) (bool, error) {
 	p := c.Token.Partition
 	if int(p) >= len(m.parts) || c.Token.IsZero() {
-		return
+		return false, nil
+	}
+	changed, err := m.reg.ObserveHeard(c)
+	if err != nil {
+		return false, err
 	}
 	s := &m.parts[p]
 	if !s.observe(c) {
-		return
+		return changed, nil
 	}
 	if s.phase >= Fencing && c.Token.Compare(s.token) > 0 && c.Token.Compare(s.floor) > 0 {
 		m.lose(p, c.Token, ownership.ErrLeaseSuperseded)
 	}
 	m.step(p)
+	return changed, nil
 }
 
 // Claimed feeds the authority's answer to an ActClaim for partition p.
@@ -580,11 +622,11 @@ func (m *Machine) Claimed(p uint32, t ownership.Token, err error) {
 		s.phase = Unowned
 		s.token = ownership.Token{}
 		s.observe(gossip.Claim{Token: t, Released: true})
-		m.emit(Action{Kind: ActPublish, Token: t, Released: true})
+		m.publish(t, true)
 		m.step(p)
 		return
 	}
-	m.emit(Action{Kind: ActPublish, Token: t})
+	m.publish(t, false)
 	if m.cfg.Fenced && (m.cfg.Knobs == nil || !m.cfg.Knobs.SkipFence) {
 		s.phase = Fencing
 		m.emit(Action{Kind: ActFence, Token: t})
@@ -719,10 +761,15 @@ func (m *Machine) NotFenced(t ownership.Token) {
 // With ended true something already ended the lease (the handler called
 // Lease.End): the release is published at once. Either way the node waits
 // out a backoff before claiming the partition again.
-func (m *Machine) Resign(t ownership.Token, ended bool) {
+//
+// It returns ownership.ErrLeaseEnded, and changes nothing, when t is not a
+// lease this node may resign: not its grant (zero, stale, or the partition
+// is unowned or still being claimed), or, with ended false, a lease
+// already being released.
+func (m *Machine) Resign(t ownership.Token, ended bool) error {
 	s := m.held(t)
-	if s == nil {
-		return
+	if s == nil || s.phase == Releasing && !ended {
+		return ownership.ErrLeaseEnded
 	}
 	p := t.Partition
 	switch {
@@ -735,6 +782,7 @@ func (m *Machine) Resign(t ownership.Token, ended bool) {
 	}
 	m.failed(p)
 	m.step(p)
+	return nil
 }
 
 // Released reports that the handler's Release for t has returned.
@@ -806,7 +854,7 @@ func (m *Machine) giveBack(p uint32, cause error, cleanup bool) {
 	s := &m.parts[p]
 	t := s.token
 	m.end(p, cause, cleanup)
-	m.emit(Action{Kind: ActPublish, Token: t, Released: true})
+	m.publish(t, true)
 	s.observe(gossip.Claim{Token: t, Released: true})
 }
 
@@ -1032,6 +1080,13 @@ func (m *Machine) mayClaim(p uint32) bool {
 		return false
 	}
 	return true
+}
+
+// publish records the claim (t, released) in the register and asks the
+// shell to gossip it.
+func (m *Machine) publish(t ownership.Token, released bool) {
+	c := gossip.Claim{Token: t, Released: released}
+	m.emit(Action{Kind: ActPublish, Token: t, Released: released, New: m.reg.ObserveClaim(c)})
 }
 
 func (m *Machine) emit(a Action) {

@@ -46,12 +46,18 @@ func TestMachineScripts(t *testing.T) {
 			if m == nil && c.Name != "config" {
 				return "", errors.New("the first command must be config")
 			}
-			var err error
-			m, err = machineCommand(m, c)
+			var (
+				err    error
+				answer string
+			)
+			m, answer, err = machineCommand(m, c)
 			if err != nil {
 				return "", err
 			}
 			var out []string
+			if answer != "" {
+				out = append(out, answer)
+			}
 			if q := queryMachine(m, c); q != "" {
 				out = append(out, q)
 			}
@@ -88,7 +94,8 @@ func list(s string) []string {
 	return strings.Split(s, ",")
 }
 
-func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
+// machineCommand feeds c to m; answer is what an input refused says.
+func machineCommand(m *Machine, c script.Cmd) (_ *Machine, answer string, _ error) {
 	atoi := func(k string) int {
 		n, _ := strconv.Atoi(c.Args[k])
 		return n
@@ -98,7 +105,7 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 	case "config":
 		self, err := parseNode(c.Args["self"])
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		knobs := &TestingKnobs{}
 		for _, k := range list(c.Args["knobs"]) {
@@ -116,16 +123,17 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 			case "half":
 				knobs.HalfIsQuorum = true
 			default:
-				return nil, fmt.Errorf("unknown knob %q", k)
+				return nil, "", fmt.Errorf("unknown knob %q", k)
 			}
 		}
-		return NewMachine(MachineConfig{Self: self, Partitions: atoi("partitions"),
+		nm, err := NewMachine(MachineConfig{Self: self, Partitions: atoi("partitions"),
 			Bootstrap: has("bootstrap"), Fenced: has("fenced"), StrictAuthority: has("strict"),
 			MinQuorum:  atoi("minquorum"),
 			GraceTicks: atoi("grace"), HandoffTicks: atoi("handoff"),
 			StepDownTicks: atoi("stepdown"), StableAfterTicks: atoi("stableafter"),
 			RetryTicks: atoi("retry"), MaxRetryTicks: atoi("maxretry"),
 			AcquireTicks: atoi("acquire"), ReleaseTicks: atoi("release"), MaxClaims: atoi("maxclaims"), Knobs: knobs})
+		return nm, "", err
 	case "view":
 		v := View{Left: list(c.Args["left"])}
 		shows := map[string]quorum.StableID{}
@@ -134,7 +142,7 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 			ver, members, _ := strings.Cut(rest, ":")
 			n, err := strconv.ParseUint(ver, 10, 64)
 			if err != nil {
-				return m, fmt.Errorf("shows=%s: %v", s, err)
+				return m, "", fmt.Errorf("shows=%s: %v", s, err)
 			}
 			shows[name] = quorum.NewStable(n, strings.Split(members, "+")).ID()
 		}
@@ -151,7 +159,7 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 		if o := c.Args["owners"]; o != "none" {
 			v.Placement = &scriptPlacement{members: members, owners: list(o)}
 		}
-		return m, m.SetView(v)
+		return m, "", m.SetView(v)
 	case "heard-stable":
 		n, _ := strconv.ParseUint(c.Args["v"], 10, 64)
 		m.HeardStable(quorum.NewStable(n, list(c.Args["members"])))
@@ -167,21 +175,23 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 		m.Leave()
 	case "heard", "claimed", "fenced", "acquired", "rejected", "notfenced", "resign", "released":
 		if len(c.Pos) < 1 {
-			return m, errors.New("want a partition")
+			return m, "", errors.New("want a partition")
 		}
 		p, err := parsePartition(c.Pos[0])
 		if err != nil {
-			return m, err
+			return m, "", err
 		}
 		var tok ownership.Token
 		if len(c.Pos) >= 2 {
 			if tok, err = parseToken(p, c.Pos[1]); err != nil {
-				return m, err
+				return m, "", err
 			}
 		}
 		switch c.Name {
 		case "heard":
-			m.Heard(gossip.Claim{Token: tok, Released: has("released")})
+			if _, err := m.Heard(gossip.Claim{Token: tok, Released: has("released")}); err != nil {
+				answer = "refused: " + err.Error()
+			}
 		case "claimed":
 			m.Claimed(p, tok, scriptErr(p, c.Args))
 		case "fenced":
@@ -191,21 +201,23 @@ func machineCommand(m *Machine, c script.Cmd) (*Machine, error) {
 		case "rejected":
 			cur, err := parseToken(p, c.Args["current"])
 			if err != nil {
-				return m, err
+				return m, "", err
 			}
 			m.Rejected(tok, cur)
 		case "notfenced":
 			m.NotFenced(tok)
 		case "resign":
-			m.Resign(tok, has("ended"))
+			if err := m.Resign(tok, has("ended")); err != nil {
+				answer = "refused: " + err.Error()
+			}
 		case "released":
 			m.Released(tok)
 		}
 	case "state", "idle", "quorum":
 	default:
-		return m, fmt.Errorf("unknown command %q", c.Name)
+		return m, "", fmt.Errorf("unknown command %q", c.Name)
 	}
-	return m, nil
+	return m, answer, nil
 }
 
 // queryMachine answers the query commands.
