@@ -239,7 +239,7 @@ func TestScale(t *testing.T) {
 		t.Log("-scale not set: the short run is in TestFigures")
 		return
 	}
-	for _, r := range []struct{ n, p int }{{25, 271}, {25, 4096}, {50, 271}, {50, 4096}} {
+	for _, r := range []struct{ n, p int }{{25, 271}, {25, 4096}, {50, 271}, {50, 4096}, {100, 271}, {100, 4096}} {
 		t.Run(fmt.Sprintf("%dx%d", r.n, r.p), func(t *testing.T) {
 			scaleRun(t, r.n, r.p, 5*time.Minute)
 		})
