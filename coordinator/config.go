@@ -194,10 +194,11 @@ type Config struct {
 	// up to LeaveTimeout) before it drains (taking up to ReleaseTimeout),
 	// and a new owner that gave up sooner would fence a drain still
 	// within its bound, rejecting the writes L2 promises to keep.
-	// A previous owner that is leaving is waited for past HandoffTimeout,
-	// until its release is heard or it is no longer a live member (then
-	// Grace applies): on a busy machine its drain, timed on its own
-	// clock, can outlast the new owner's count, and its Leave bounds it.
+	// A previous owner that is leaving is waited for up to 4 times
+	// HandoffTimeout (machine.LeaverWaitFactor), until its release is
+	// heard or it is no longer a live member (then Grace applies): on a
+	// busy machine its drain, timed on its own clock, can outlast the new
+	// owner's count, and its Leave bounds it.
 	// Default: LAN 10s, WAN 30s, local 2.5s.
 	HandoffTimeout time.Duration
 	// AcquireTimeout and ReleaseTimeout bound Handler calls (and the fence

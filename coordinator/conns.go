@@ -154,7 +154,21 @@ func (t *closingTransport) DialTimeout(addr string, timeout time.Duration) (net.
 // Another transport's dial can't be cancelled: it runs on, and the
 // connection it returns after Shutdown is closed at once, but the caller
 // is answered net.ErrClosed at Shutdown.
+//
+// A dialed connection gets a deadline of timeout (memberlist's TCPTimeout)
+// from the dial: memberlist sets one itself for a push/pull, but not for
+// SendReliable, whose write to a peer that accepts and never reads (a
+// paused process) would otherwise block the digest exchange's sender until
+// Close.
 func (t *closingTransport) DialAddressTimeout(addr memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	c, err := t.dial(addr, timeout)
+	if err == nil && timeout > 0 {
+		_ = c.SetDeadline(time.Now().Add(timeout)) // a conn that has none is closed at Shutdown
+	}
+	return c, err
+}
+
+func (t *closingTransport) dial(addr memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	if t.netDial {
 		d := net.Dialer{Timeout: timeout}
 		return t.track(d.DialContext(t.ctx, "tcp", addr.Addr))

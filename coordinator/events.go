@@ -31,7 +31,7 @@ const (
 
 // EventReleased is EventLeaseEnded's old name. It reports any end of a
 // lease, not only a release (a planned handoff), which is why it was
-// renamed.
+// renamed; its String, once "released", is now "lease-ended".
 //
 // Deprecated: use EventLeaseEnded.
 const EventReleased = EventLeaseEnded

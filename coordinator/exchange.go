@@ -101,7 +101,7 @@ func (s *nodeSet) node(name string) (*memberlist.Node, bool) {
 	s.mu.Lock()
 	e, ok := s.nodes[name]
 	s.mu.Unlock()
-	if !ok {
+	if !ok || e.err != nil { // metadata that failed its checks: in no view, sent nothing
 		return nil, false
 	}
 	host, port, err := net.SplitHostPort(e.member.GossipAddr)

@@ -50,7 +50,8 @@ import (
 //     member merges as above. The node sends at most one section message
 //     at a time, from a queue of a few (coordinator/exchange.go), so a
 //     flood of replays costs bounded work and traffic, and never
-//     reaches anyone but a current member.
+//     reaches anyone but a current member; but while it lasts it fills
+//     that queue, and real exchanges are dropped (repair waits).
 //
 // So a replay delivers, at worst, a message the cluster once sent to a
 // node that had not heard it yet: what gossip does anyway. It can't

@@ -179,6 +179,11 @@ func tokenShort(t ownership.Token) string {
 	return fmt.Sprintf("e%d/%s:%d", t.Epoch, t.Owner, t.Incarnation)
 }
 
+// LeaverWaitFactor is how many times HandoffTicks a new owner waits for a
+// live holder that is leaving: its drain, timed on its own clock, may run
+// that many times slower than the new owner's ticks before it is fenced.
+const LeaverWaitFactor = 4
+
 // MachineConfig configures a Machine. Durations are in ticks of logical
 // time: the shell calls Tick at a fixed interval and chooses it. A zero
 // count means zero ticks (no wait).
@@ -213,7 +218,8 @@ type MachineConfig struct {
 	// HandoffTicks is how long to wait for a live holder to release a
 	// partition the ring has moved here before claiming it anyway (the
 	// holder is then fenced). A live holder that is leaving is waited for
-	// until it releases or leaves the view (then GraceTicks applies).
+	// LeaverWaitFactor times as long, unless it releases or leaves the
+	// view first (then GraceTicks applies).
 	HandoffTicks int
 	// StepDownTicks: after this many consecutive ticks without a quorum,
 	// every lease ends (L4).
@@ -1068,11 +1074,18 @@ func (m *Machine) mayClaim(p uint32) bool {
 	if m.live(h.Token) {
 		// A planned move: the holder releases when it sees the same ring.
 		// A leaving holder is draining already: wait for its release
-		// however long the drain takes on a busy machine, or a write it
-		// is finishing under its token is rejected (L2). Its own Leave
+		// while its drain runs late on a busy machine (up to
+		// LeaverWaitFactor times HandoffTicks), or a write it is
+		// finishing under its token is rejected (L2). Its own Leave
 		// bounds the drain (ReleaseTimeout on its clock, then its
-		// goodbye), and once it is no longer live, Grace applies.
-		if waited < uint64(m.cfg.HandoffTicks) || slices.Contains(m.leavers, h.Token.Owner) {
+		// goodbye), and once it is no longer live, Grace applies; the cap
+		// is for a leaver whose loop is wedged while memberlist still
+		// answers for it (L1).
+		limit := uint64(m.cfg.HandoffTicks)
+		if slices.Contains(m.leavers, h.Token.Owner) {
+			limit *= LeaverWaitFactor
+		}
+		if waited < limit {
 			return false
 		}
 	} else if waited < uint64(m.cfg.GraceTicks) {
