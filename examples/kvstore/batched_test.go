@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/examples/kvstore/kvnode"
+	"github.com/tenure-go/tenure/examples/kvstore/kvpb"
 	"github.com/tenure-go/tenure/internal/sigstop"
 	"github.com/tenure-go/tenure/internal/testdb"
 	"github.com/tenure-go/tenure/ownership"
@@ -138,7 +139,7 @@ func figuresBatched(t *testing.T) {
 		}
 		return false
 	})
-	unblock := blockABatch(ctx, t, db, p2)
+	unblock := blockABatch(ctx, t, db, n0, p2)
 	before := paused.stats(t)
 	if err := sigstop.Stop(ctx, paused.cmd.Process.Pid); err != nil {
 		t.Fatal(err)
@@ -299,7 +300,7 @@ func figuresBatched(t *testing.T) {
 // partition p, and waits until a session waits for one of them: a batch
 // of p in flight. It returns the function that ends the transaction,
 // letting the batch go on.
-func blockABatch(ctx context.Context, t *testing.T, db *sql.DB, p uint32) (unblock func()) {
+func blockABatch(ctx context.Context, t *testing.T, db *sql.DB, entry *proc, p uint32) (unblock func()) {
 	t.Helper()
 	conn, err := db.Conn(ctx)
 	if err != nil {
@@ -308,6 +309,29 @@ func blockABatch(ctx context.Context, t *testing.T, db *sql.DB, p uint32) (unblo
 	var pid int
 	if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		t.Fatal(err)
+	}
+	// A key of the test's own in p, written once before the rows are
+	// locked and again while they are: the clients can't be counted on for
+	// a write to p, since each of them ends up waiting at the hold,
+	// retrying the same key (CI failed once at load 16 that way), and a
+	// key with no row yet would insert without waiting for the locks. The
+	// second write's outcome is no client's: the batch it joins is the one
+	// meant to fail.
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("bf/block/%d", i); ring.PartitionString(k, 16) == p {
+			key = k
+		}
+	}
+	put := func(ctx context.Context, value string) error {
+		ctx, cancel := context.WithTimeout(ctx, retryFor)
+		defer cancel()
+		ctx, _ = transport.WithRequestID(ctx, "block-"+value)
+		_, err := entry.kv.Put(ctx, &kvpb.PutRequest{Key: key, Value: []byte(value)})
+		return err
+	}
+	if err := put(ctx, "before"); err != nil {
+		t.Fatalf("writing %s before locking partition %d: %v", key, p, err)
 	}
 	if _, err := conn.ExecContext(ctx, `BEGIN`); err != nil {
 		t.Fatal(err)
@@ -325,6 +349,9 @@ func blockABatch(ctx context.Context, t *testing.T, db *sql.DB, p uint32) (unblo
 		unblock()
 		t.Fatalf("no key of partition %d written yet", p)
 	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = put(ctx, "blocked") }()
+	t.Cleanup(func() { <-done })
 	waitFor(ctx, t, "a batch to wait for the test's row locks", func() bool {
 		var n int
 		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n)
