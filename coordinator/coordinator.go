@@ -63,7 +63,6 @@ type Coordinator struct {
 
 	inbox    inbox
 	exch     chan exchangeJob // cap exchangeQueue: the digest exchange's sends
-	acks     acks             // members memberlist's probes heard from, for the reach check to vouch for
 	nodes    nodeSet
 	memberCh chan struct{} // cap 1: membership changed
 	inputs   chan input
@@ -285,7 +284,6 @@ func (c *Coordinator) start(ctx context.Context) error {
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge = d, d, d, d
 	mc.Conflict = d
-	mc.Ping = &c.acks
 	mc.Logger = slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)
 	mc.LogOutput = nil
 	tr, err := newTransport(&mc, mc.Logger, &c.traffic)

@@ -98,7 +98,6 @@ type loop struct {
 
 	reach   *reach.Check // the reach check's policy and evidence
 	unreach []string     // the members the current view marks Unreachable
-	unheard []string     // the members of the current view this node has no word from (reach.Unvouched)
 	tickAt  time.Time    // when the loop ran the last tick
 	health  func() int   // memberlist's health score; tests set it
 }
@@ -241,10 +240,9 @@ func (l *loop) refreshMembers() {
 	for _, name := range left {
 		delete(l.known, name)
 	}
-	l.unreach, l.unheard = l.unreachable(members), l.unvouched(members)
+	l.unreach = l.unreachable(members)
 	for i := range vms {
-		// Hearsay counts for no quorum: see reach.Unvouched.
-		vms[i].Unreachable = slices.Contains(l.unreach, vms[i].Name) || slices.Contains(l.unheard, vms[i].Name)
+		vms[i].Unreachable = slices.Contains(l.unreach, vms[i].Name)
 	}
 	c.metrics.unreachable.Set(float64(len(l.unreach)))
 	for name := range l.leavers {
@@ -513,7 +511,7 @@ func (l *loop) quorum(ok bool) {
 		return
 	}
 	l.lostAt = c.cfg.Clock.Now()
-	c.log.Debug("no quorum", "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "unheard", l.unheard)
+	c.log.Debug("no quorum", "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach)
 }
 
 // warnQuorum logs, once per loss, a quorum missing for StepDown (the
@@ -526,7 +524,7 @@ func (l *loop) warnQuorum() {
 	l.warned = true
 	st := l.m.Stable()
 	c.log.Warn("no quorum for StepDown: leases ended; claiming nothing until a quorum of the stable membership is seen",
-		"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "unheard", l.unheard, "step_down", c.cfg.StepDown)
+		"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "step_down", c.cfg.StepDown)
 }
 
 func (l *loop) viewNames() []string {

@@ -37,18 +37,4 @@
 // read) does not count, since a ping it could not wait for properly is
 // evidence against itself, not against the member. A node late for a whole
 // Span therefore has no verdict: it keeps memberlist's.
-//
-// Hearsay: a node's member list is partly other nodes' word. A node that
-// joins takes its seed's list whole, and on the minority side of a split
-// the seed still lists members it can no longer reach (its failure
-// detector has not given up on them yet; its own check counts them
-// unreachable, but that verdict is its own). So a member counts for this
-// node's quorum only once this node has had word from its current life
-// directly (Vouch: an answer to memberlist's probe or to the check's ping);
-// until then it is Unvouched, for Hold at most (as with Unreachable: by
-// then memberlist has dropped a member that is really gone, and one that
-// answers only by other paths, such as TCP, counts). Word once had stays
-// while the member stays in the view. While some member is unvouched a round is due even without
-// trouble: it pings only unvouched members (SampleSize at most), and its
-// answers only vouch (its misses are no evidence).
 package reach

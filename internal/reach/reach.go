@@ -58,18 +58,6 @@ type Check struct {
 	rounds   []round   // counted rounds, within Span and an Interval
 	cutSince time.Time // the first round of a node-wide verdict that holds; zero: none
 	pings    uint64
-
-	words    map[string]*word // per member of the view: what this node heard from it directly
-	vouching bool             // the round in flight only seeks word from unvouched members
-}
-
-// word is whether this node has had direct word from one life of a member,
-// since when that life is in its view, and since when it is out of it.
-type word struct {
-	incarnation uint64
-	since       time.Time
-	vouched     bool
-	absent      time.Time // since when the member is out of the view; zero: in it
 }
 
 // run is what one member's pings showed.
@@ -94,65 +82,7 @@ type round struct {
 // New returns a check with no evidence. rnd breaks ties between members
 // pinged equally long ago.
 func New(cfg Config, rnd *rand.Rand) *Check {
-	return &Check{cfg: cfg, rnd: rnd, runs: make(map[string]*run), words: make(map[string]*word)}
-}
-
-// Vouch records direct word from member m's life: it answered a ping of
-// this node's (memberlist's probe or the check's). A member gossip shows
-// but this node has had no word from directly is hearsay: Unvouched.
-func (c *Check) Vouch(m Member) {
-	w, ok := c.words[m.Name]
-	if !ok || w.incarnation != m.Incarnation {
-		w = &word{incarnation: m.Incarnation}
-		c.words[m.Name] = w
-	}
-	w.vouched = true
-}
-
-// Unvouched returns the members of the view (this node left out) that this
-// node has had no direct word from in their current life, sorted, for Hold
-// at most since it first saw that life in its view (by then memberlist
-// has dropped a member that is really gone; one it still lists reaches
-// this node by other paths): they count for no quorum (see the package
-// doc). It also ages the word: a member gone from the view for Hold must
-// answer again when it comes back (one that memberlist drops and lists
-// again for a moment, as it does under load, keeps its word: forgetting
-// it made every such flap cost the node its quorum). Call it with
-// non-decreasing times.
-func (c *Check) Unvouched(now time.Time, members []Member) []string {
-	for name, w := range c.words {
-		switch i := slices.IndexFunc(members, func(m Member) bool { return m.Name == name }); {
-		case i >= 0:
-			w.absent = time.Time{}
-		case w.absent.IsZero():
-			w.absent = now
-		case now.Sub(w.absent) >= c.cfg.Hold:
-			delete(c.words, name)
-		}
-	}
-	var out []string
-	for _, m := range c.unvouched(now, members) {
-		out = append(out, m.Name)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// unvouched returns the members, of members, that count as unvouched at
-// now, and starts the hearsay of the ones new to the view.
-func (c *Check) unvouched(now time.Time, members []Member) []Member {
-	var out []Member
-	for _, m := range members {
-		w, ok := c.words[m.Name]
-		if !ok || w.incarnation != m.Incarnation {
-			w = &word{incarnation: m.Incarnation, since: now}
-			c.words[m.Name] = w
-		}
-		if !w.vouched && now.Sub(w.since) < c.cfg.Hold {
-			out = append(out, m)
-		}
-	}
-	return out
+	return &Check{cfg: cfg, rnd: rnd, runs: make(map[string]*run)}
 }
 
 // TickLag is how late a tick ran: the larger of how long after it fired
@@ -202,32 +132,27 @@ func (c *Check) LateThisInterval(now time.Time) bool {
 func (c *Check) Pings() uint64 { return c.pings }
 
 // Due returns the members to ping now, or nil: a round is due every
-// Interval while troubled, or while some member is unvouched (then it
-// pings only those, and its answers only vouch), one at a time, never
-// while late. The caller pings them and calls Done with the answers.
+// Interval while troubled, one at a time, never while late. The caller
+// pings them and calls Done with the answers.
 func (c *Check) Due(now time.Time, troubled bool, members []Member) []Member {
-	pool := members
-	if !troubled {
-		pool = c.unvouched(now, members)
-	}
-	if c.inflight || len(pool) == 0 || !c.started.IsZero() && now.Sub(c.started) < c.cfg.Interval {
+	if !troubled || c.inflight || len(members) == 0 || !c.started.IsZero() && now.Sub(c.started) < c.cfg.Interval {
 		return nil
 	}
 	if !c.cfg.IgnoreLag && c.LateThisInterval(now) {
 		return nil
 	}
-	k := min(len(pool), SampleSize(len(members)+1))
+	k := SampleSize(len(members) + 1)
 	if c.cfg.PingAll {
-		k = len(pool)
+		k = len(members)
 	}
-	order := slices.Clone(pool)
+	order := slices.Clone(members)
 	c.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	slices.SortStableFunc(order, func(a, b Member) int { return c.lastPinged(a).Compare(c.lastPinged(b)) })
 	order = order[:k]
 	for _, m := range order {
 		c.runOf(m).pinged = now
 	}
-	c.inflight, c.started, c.vouching = true, now, !troubled
+	c.inflight, c.started = true, now
 	c.pings += uint64(k)
 	return order
 }
@@ -260,17 +185,6 @@ func (c *Check) runOf(m Member) *run {
 func (c *Check) Done(start, now time.Time, answers map[string]bool, members []Member) bool {
 	c.inflight = false
 	c.forget(members)
-	for _, m := range members {
-		if answers[m.Name] {
-			c.Vouch(m) // an answer is word from m, however late it was read
-		}
-	}
-	if c.vouching {
-		// A round run only to vouch (no trouble): its misses and lateness
-		// are no evidence, as no round is while untroubled.
-		c.vouching = false
-		return true
-	}
 	if d := now.Sub(start) - c.cfg.Timeout; d > 0 {
 		c.lags = append(c.lags, lagSample{now, d})
 	}
