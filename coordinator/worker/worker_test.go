@@ -274,8 +274,11 @@ func TestIdleBackoff(t *testing.T) {
 		}
 		clock.fire()
 	}
-	if got := clock.waits(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("back-offs %v, want %v", got, want)
+	// The first len(want): after the last fire the worker may already be
+	// waiting again, after its batch (checked below); on a busy machine
+	// that wait was once read here too and failed the test.
+	if got := clock.waits(); len(got) < len(want) || fmt.Sprint(got[:len(want)]) != fmt.Sprint(want) {
+		t.Errorf("back-offs %v, want %v first", got, want)
 	}
 	// After the batch, the next idle call waits PollInterval again.
 	tenuretest.WaitFor(ctx, t, "the back-off after a batch", func() bool { return len(clock.waits()) == len(want)+1 })
