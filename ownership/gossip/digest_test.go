@@ -228,18 +228,21 @@ func TestSectionValidate(t *testing.T) {
 }
 
 // FuzzSection: a section's body decodes to a valid section that encodes
-// back to the same bytes, or fails with ErrMalformedToken.
+// back to the same bytes, or fails with ErrMalformedToken; decoded for a
+// node of want partitions (not zero), a section of another count fails
+// with ErrPartitionRange.
 func FuzzSection(f *testing.F) {
 	r, _ := NewRegister(271)
 	for p := range uint32(271) {
 		r.Observe(memTok(p, uint64(p%3+1), fmt.Sprint("n", p%4)))
 	}
 	for _, s := range append(r.Sections([]int{0, 3, 31}, 20), Section{Partitions: 1, Ranges: []int{0}}) {
-		f.Add(appendSection(nil, s))
+		f.Add(appendSection(nil, s), uint32(0))
+		f.Add(appendSection(nil, s), uint32(271))
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := parseSection(b)
-		if decodeFailed(t, err) {
+	f.Fuzz(func(t *testing.T, b []byte, want uint32) {
+		s, err := parseSection(b, int(want%(MaxPartitions+1)))
+		if wrongCount(t, err, want, &s.Partitions) || decodeFailed(t, err) {
 			return
 		}
 		if err := s.Validate(); err != nil {
@@ -257,12 +260,16 @@ func FuzzDigest(f *testing.F) {
 	r, _ := NewRegister(4096)
 	r.Observe(memTok(5, 1, "a"))
 	for _, d := range []Digest{r.Digest(), digestOf(make([]Claim, 3))} {
-		f.Add(appendDigest(nil, d))
+		f.Add(appendDigest(nil, d), uint32(0))
+		f.Add(appendDigest(nil, d), uint32(4096))
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Fuzz(func(t *testing.T, b []byte, want uint32) {
 		d := wire.Decoder{B: b}
-		dec := readDigest(&d)
-		if decodeFailed(t, d.End()) {
+		dec, err := readDigest(&d, int(want%(MaxPartitions+1)))
+		if err == nil {
+			err = d.End()
+		}
+		if wrongCount(t, err, want, &dec.Partitions) || decodeFailed(t, err) {
 			return
 		}
 		if len(dec.Hashes) != Ranges(dec.Partitions) || Ranges(dec.Partitions) == 0 {

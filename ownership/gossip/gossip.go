@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/internal/wire"
@@ -48,10 +49,13 @@ import (
 //     a stale digest, or a section that asks, makes the node send the
 //     member it names the claims it holds in some ranges, which that
 //     member merges as above. The node sends at most one section message
-//     at a time, from a queue of a few (coordinator/exchange.go), so a
-//     flood of replays costs bounded work and traffic, and never
-//     reaches anyone but a current member; but while it lasts it fills
-//     that queue, and real exchanges are dropped (repair waits).
+//     at a time, from a queue of a few, and never to anyone but a current
+//     member; and it answers a member's ask only for ranges in which that
+//     member's digest, merged within about a push/pull interval (clamped
+//     to 1-30 s), differed from its own, each range once
+//     (coordinator/exchange.go). So a replayed ask alone is answered by
+//     nothing, and replays of digests and asks together earn at most one
+//     register's worth of answers per member per half of that interval.
 //
 // So a replay delivers, at worst, a message the cluster once sent to a
 // node that had not heard it yet: what gossip does anyway. It can't
@@ -166,6 +170,11 @@ type Message struct {
 	Digest Digest
 	// Section, for KindSection.
 	Section Section
+	// Unverified, set by Open, counts the claims of a state or section
+	// it dropped because their tokens' MACs did not verify under the
+	// keys (a claim signed under a key this node no longer holds, in a
+	// key rotation, or a forgery). Seal ignores it.
+	Unverified int
 }
 
 // Claims returns the claims m carries: a claim message's one claim, the
@@ -301,10 +310,40 @@ func appendStable(b []byte, s quorum.Stable) []byte {
 // ch and checks it: it must be well formed and of a kind that travels on ch
 // (else an error wrapping ErrMalformedToken; the body of a kind of another
 // channel is not read), name cluster (else ErrWrongCluster), and, when keys
-// is not nil, carry a MAC for ch that verifies under keys, every token in
-// it too (else ErrBadMAC). A message it returns without error has the
-// fields of its kind set: a KindState has a Register. It never panics.
+// is not nil, carry a MAC for ch that verifies under keys (else ErrBadMAC).
+// So must a claim message's token; a claim of a state or a section whose
+// token does not verify is dropped from it and counted in
+// Message.Unverified, and the rest of the message is kept. A message it
+// returns without error has the fields of its kind set: a KindState has a
+// Register. It never panics.
+//
+// Open takes a state, digest or section of any partition count, and a
+// state's Register is as large as its sender says (up to MaxPartitions,
+// 64 bytes each): a node opens its gossip with an Opener of its own
+// partition count, which refuses another before allocating for it.
 func Open(b []byte, ch Channel, cluster string, keys *ownership.Keyring) (Message, error) {
+	return Opener{Cluster: cluster, Keys: keys}.Open(b, ch)
+}
+
+// An Opener opens the gossip one node receives: see Open.
+type Opener struct {
+	Cluster string // the node's cluster name
+	// Keys are the cluster's token keys. Nil checks no MAC at all: only
+	// for a cluster that has no keys, where anyone who can send to a node
+	// can claim (an Opener of a keyed cluster must have them).
+	Keys *ownership.Keyring
+	// Partitions is the node's partition count. A state, digest or
+	// section of another count is refused (an error wrapping
+	// ownership.ErrPartitionRange) as soon as the count is read, before
+	// anything sized by it is allocated. Zero takes any count.
+	Partitions int
+}
+
+// Open decodes and checks b, received on channel ch, as Open does, and
+// refuses a state, digest or section of a partition count other than
+// o.Partitions (when set).
+func (o Opener) Open(b []byte, ch Channel) (Message, error) {
+	cluster, keys := o.Cluster, o.Keys
 	var m Message
 	d := wire.Decoder{B: b}
 	magic, version := d.Byte(), d.Byte()
@@ -349,52 +388,48 @@ func Open(b []byte, ch Channel, cluster string, keys *ownership.Keyring) (Messag
 	switch m.Kind {
 	case KindClaim:
 		m.Claim, err = ParseClaim(body)
+		if err == nil && keys != nil {
+			err = keys.Verify(m.Claim.Token)
+		}
 	case KindStable:
 		m.Stable, err = parseStable(body, true)
 	case KindState:
 		bd := wire.Decoder{B: body}
 		m.Stable = readStable(&bd)
 		if err = bd.Err(); err == nil {
-			m.Register, err = UnmarshalRegister(bd.B)
+			var parts int
+			var claims []Claim
+			if parts, claims, err = readClaims(bd.B, o.Partitions); err == nil {
+				claims, m.Unverified = verified(claims, keys)
+				m.Register = registerOf(parts, claims)
+			}
 		}
 	case KindDigest:
 		bd := wire.Decoder{B: body}
 		m.Stable = readStable(&bd)
-		m.Digest = readDigest(&bd)
-		err = bd.End()
+		if m.Digest, err = readDigest(&bd, o.Partitions); err == nil {
+			err = bd.End()
+		}
 	case KindSection:
-		m.Section, err = parseSection(body)
+		if m.Section, err = parseSection(body, o.Partitions); err == nil {
+			m.Section.Claims, m.Unverified = verified(m.Section.Claims, keys)
+		}
 	}
 	if err != nil {
 		return Message{}, fmt.Errorf("gossip from %q: %w", m.Sender, err)
 	}
-	if keys != nil {
-		if err := m.verifyTokens(keys); err != nil {
-			return Message{}, err
-		}
-	}
 	return m, nil
 }
 
-// verifyTokens checks the MAC of every token m carries.
-func (m Message) verifyTokens(keys *ownership.Keyring) error {
-	switch m.Kind {
-	case KindClaim:
-		return keys.Verify(m.Claim.Token)
-	case KindState:
-		for c := range m.Register.All() {
-			if err := keys.Verify(c.Token); err != nil {
-				return err
-			}
-		}
-	case KindSection:
-		for _, c := range m.Section.Claims {
-			if err := keys.Verify(c.Token); err != nil {
-				return err
-			}
-		}
+// verified returns the claims whose tokens verify under keys (all of
+// them when keys is nil), in place, and how many it dropped.
+func verified(claims []Claim, keys *ownership.Keyring) ([]Claim, int) {
+	if keys == nil {
+		return claims, 0
 	}
-	return nil
+	n := len(claims)
+	claims = slices.DeleteFunc(claims, func(c Claim) bool { return keys.Verify(c.Token) != nil })
+	return claims, n - len(claims)
 }
 
 func parseStable(b []byte, whole bool) (quorum.Stable, error) {
@@ -466,28 +501,30 @@ func appendDigest(b []byte, d Digest) []byte {
 	return b
 }
 
-// readDigest reads a digest's encoding.
-func readDigest(d *wire.Decoder) Digest {
+// readDigest reads a digest's encoding, of want partitions if want is
+// not zero: another count is an error wrapping ErrPartitionRange, read
+// before the hashes. Other faults are d's.
+func readDigest(d *wire.Decoder, want int) (Digest, error) {
 	parts := d.Uvarint()
 	if !d.OK() {
-		return Digest{}
+		return Digest{}, nil
 	}
 	if parts < 1 || parts > MaxPartitions {
 		d.Fail(wire.FaultInvalid)
-		return Digest{}
+		return Digest{}, nil
+	}
+	if want != 0 && parts != uint64(want) {
+		return Digest{}, partitionCount("digest", parts, want)
 	}
 	dg := Digest{Partitions: int(parts), Hashes: make([]uint64, Ranges(int(parts)))}
 	for i := range dg.Hashes {
 		b := d.Bytes(8)
 		if !d.OK() {
-			return Digest{}
+			return Digest{}, nil
 		}
 		dg.Hashes[i] = binary.BigEndian.Uint64(b)
 	}
-	if !d.OK() {
-		return Digest{}
-	}
-	return dg
+	return dg, nil
 }
 
 const sectionAsk = 1 << 0
@@ -508,8 +545,15 @@ func appendSection(b []byte, s Section) []byte {
 	return appendClaims(b, s.Partitions, s.Claims)
 }
 
-// parseSection decodes a section's body.
-func parseSection(b []byte) (Section, error) {
+// partitionCount is the error of a message of parts partitions to a node
+// of want.
+func partitionCount(what string, parts uint64, want int) error {
+	return fmt.Errorf("%w: %s of %d partitions, want %d", ownership.ErrPartitionRange, what, parts, want)
+}
+
+// parseSection decodes a section's body, of want partitions if want is
+// not zero (else an error wrapping ErrPartitionRange).
+func parseSection(b []byte, want int) (Section, error) {
 	d := wire.Decoder{B: b}
 	flags := d.Byte()
 	parts := d.Uvarint()
@@ -521,6 +565,8 @@ func parseSection(b []byte) (Section, error) {
 		return Section{}, wire.Malformed("section: unknown flags %#x", flags)
 	case parts < 1 || parts > MaxPartitions:
 		return Section{}, wire.Malformed("section: %d partitions", parts)
+	case want != 0 && parts != uint64(want):
+		return Section{}, partitionCount("section", parts, want)
 	case nr < 1 || nr > uint64(Ranges(int(parts))):
 		return Section{}, wire.Malformed("section: %d ranges", nr)
 	}
@@ -537,7 +583,7 @@ func parseSection(b []byte) (Section, error) {
 		s.Ranges = append(s.Ranges, int(r))
 		next = r + 1
 	}
-	rp, claims, err := readClaims(d.B)
+	rp, claims, err := readClaims(d.B, 0)
 	if err != nil {
 		return Section{}, err
 	}

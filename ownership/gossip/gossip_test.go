@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +32,20 @@ func gossipSamples(t testing.TB, keys *ownership.Keyring) []Message {
 		{Kind: KindSection, Cluster: "c1", Sender: "a", Section: reg.Sections([]int{1, 3, 5}, 100)[0]},
 		{Kind: KindSection, Cluster: "c1", Sender: "a", Section: Section{Partitions: 8, Ranges: []int{0, 7}}},
 	}
+}
+
+// partitionsOf returns the partition count of m's state, digest or
+// section (zero for another kind).
+func partitionsOf(m Message) int {
+	switch m.Kind {
+	case KindState:
+		return m.Register.Partitions()
+	case KindDigest:
+		return m.Digest.Partitions
+	case KindSection:
+		return m.Section.Partitions
+	}
+	return 0
 }
 
 func sameGossip(a, b Message) bool {
@@ -107,11 +122,106 @@ func TestOpenGossipRefuses(t *testing.T) {
 	if _, err := Open(b, Broadcast, "c1", keys); !errors.Is(err, ownership.ErrBadMAC) {
 		t.Errorf("unsigned token in a signed message: %v, want ErrBadMAC", err)
 	}
-	st := gossipSamples(t, keys)[4]
-	st.Register.ObserveClaim(Claim{Token: ownership.Token{Partition: 7, Epoch: 1, Owner: "x", Incarnation: 1}})
-	b, _ = st.Seal(keys)
-	if _, err := Open(b, PushPull, "c1", keys); !errors.Is(err, ownership.ErrBadMAC) {
-		t.Errorf("unsigned token in a signed register: %v, want ErrBadMAC", err)
+}
+
+// Issue 22 review: a claim of a state or a section whose token does not
+// verify (signed under a key this node no longer holds, during a key
+// rotation, or forged by a keyholder) used to make Open refuse the whole
+// message, and with it every good claim in it and, for an asking section,
+// its answer: repair stopped both ways. Open drops only the claims that
+// fail, counts them, and keeps the rest.
+func TestOpenDropsOnlyUnverifiedClaims(t *testing.T) {
+	keys, _ := ownership.NewKeyring(macTestKey(1))
+	old, _ := ownership.NewKeyring(macTestKey(2))
+	reg, _ := NewRegister(8)
+	good := []Claim{
+		{Token: keys.Sign(ownership.Token{Partition: 1, Epoch: 3, Owner: "a", Incarnation: 7})},
+		{Token: keys.Sign(ownership.Token{Partition: 5, Epoch: 1, Owner: "b", Incarnation: 9}), Released: true},
+	}
+	bad := []Claim{
+		{Token: old.Sign(ownership.Token{Partition: 2, Epoch: 4, Owner: "a", Incarnation: 7})},    // a retired key
+		{Token: ownership.Token{Partition: 7, Epoch: math.MaxUint64, Owner: "x", Incarnation: 1}}, // nobody's
+	}
+	for _, c := range append(slices.Clone(good), bad...) {
+		reg.ObserveClaim(c)
+	}
+	for _, m := range []Message{
+		{Kind: KindState, Stable: quorum.NewStable(2, []string{"a", "b"}), Register: reg},
+		{Kind: KindSection, Section: reg.Sections([]int{0, 1, 2, 3, 4, 5, 6, 7}, 100)[0]},
+	} {
+		m.Cluster, m.Sender = "c1", "a"
+		b, err := m.Seal(keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Open(b, m.Kind.Channel(), "c1", keys)
+		if err != nil {
+			t.Fatalf("%v with %d unverified claims refused whole: %v", m.Kind, len(bad), err)
+		}
+		if claims := slices.Collect(got.Claims()); !slices.Equal(claims, good) || got.Unverified != len(bad) {
+			t.Errorf("%v opened with claims %v, %d unverified; want %v, %d", m.Kind, claims, got.Unverified, good, len(bad))
+		}
+		if m.Kind == KindSection && (!got.Section.Ask || !slices.Equal(got.Section.Ranges, m.Section.Ranges)) {
+			t.Errorf("section opened as %+v, sent as %+v", got.Section, m.Section)
+		}
+		// Unkeyed, nothing is checked or dropped.
+		if got, err := Open(b, m.Kind.Channel(), "c1", nil); err != nil || got.Unverified != 0 || len(slices.Collect(got.Claims())) != len(good)+len(bad) {
+			t.Errorf("%v opened without keys: %d claims, %d unverified, %v", m.Kind, len(slices.Collect(got.Claims())), got.Unverified, err)
+		}
+	}
+}
+
+// Issue 22 review: a push/pull state's register was allocated at the
+// partition count its sender wrote, 64 bytes a partition (4 MB at 65,536
+// for a message of a few bytes), before anything was compared with the
+// node's own. An Opener of the node's count refuses a state, digest or
+// section of another count with ErrPartitionRange, having allocated
+// nothing sized by it, and opens one of its own count whole.
+func TestOpenerRefusesAnotherPartitionCount(t *testing.T) {
+	keys, _ := ownership.NewKeyring(macTestKey(1))
+	big, _ := NewRegister(MaxPartitions)
+	big.ObserveClaim(Claim{Token: keys.Sign(ownership.Token{Partition: 60000, Epoch: 3, Owner: "a", Incarnation: 7})})
+	small, _ := NewRegister(8)
+	small.ObserveClaim(Claim{Token: keys.Sign(ownership.Token{Partition: 3, Epoch: 3, Owner: "a", Incarnation: 7})})
+	for _, m := range []Message{
+		{Kind: KindState, Register: big},
+		{Kind: KindDigest, Digest: big.Digest()},
+		{Kind: KindSection, Section: big.Sections([]int{29}, 10)[0]},
+	} {
+		m.Cluster, m.Sender = "c1", "a"
+		b, err := m.Seal(keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := Opener{Cluster: "c1", Keys: keys, Partitions: 8}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
+		got, err := o.Open(b, m.Kind.Channel())
+		runtime.ReadMemStats(&ms)
+		// The test runs alone (no t.Parallel in this package): what was
+		// allocated meanwhile is Open's, or the runtime's (a few KB).
+		n := ms.TotalAlloc - before
+		if n > 64<<10 {
+			t.Errorf("refusing a %v of %d partitions allocated %d bytes", m.Kind, MaxPartitions, n)
+		}
+		t.Logf("refusing a %v of %d partitions (%d bytes) allocated %d bytes", m.Kind, MaxPartitions, len(b), n)
+		if !errors.Is(err, ownership.ErrPartitionRange) || got.Kind != 0 {
+			t.Errorf("%v of %d partitions opened for 8: %+v, %v", m.Kind, MaxPartitions, got, err)
+		}
+	}
+	// Of the node's own count: opened whole.
+	for _, m := range []Message{
+		{Kind: KindState, Register: small},
+		{Kind: KindDigest, Digest: small.Digest()},
+		{Kind: KindSection, Section: small.Sections([]int{3}, 10)[0]},
+	} {
+		m.Cluster, m.Sender = "c1", "a"
+		b, _ := m.Seal(keys)
+		got, err := Opener{Cluster: "c1", Keys: keys, Partitions: 8}.Open(b, m.Kind.Channel())
+		if err != nil || !sameGossip(got, m) {
+			t.Errorf("%v of 8 partitions opened for 8: %+v, %v", m.Kind, got, err)
+		}
 	}
 }
 
@@ -222,22 +332,43 @@ func FuzzOpen(f *testing.F) {
 		opened := 0
 		for _, ch := range []Channel{Broadcast, PushPull} {
 			m, err := Open(b, ch, "c1", k)
+			// A node of 8 partitions opens the same, or refuses a
+			// message of another count.
+			m8, err8 := Opener{Cluster: "c1", Keys: k, Partitions: 8}.Open(b, ch)
 			if err != nil {
 				if m.Kind != 0 || m.Register != nil {
 					t.Fatalf("error %v with a non-zero message %+v", err, m)
 				}
+				if err8 == nil {
+					t.Fatalf("%x opened for 8 partitions, not for any: %v", b, err)
+				}
 				continue
 			}
 			opened++
+			if parts := partitionsOf(m); parts != 0 && parts != 8 {
+				if !errors.Is(err8, ownership.ErrPartitionRange) {
+					t.Fatalf("a message of %d partitions opened for 8: %v", parts, err8)
+				}
+			} else if err8 != nil || !sameGossip(m, m8) || m8.Unverified != m.Unverified {
+				t.Fatalf("%x opened for 8 partitions as %+v, %v; for any as %+v", b, m8, err8, m)
+			}
 			if m.Kind.Channel() != ch {
 				t.Fatalf("a %v message opened on the %v channel", m.Kind, ch)
 			}
 			if (m.Kind == KindState) != (m.Register != nil) {
 				t.Fatalf("a %v message with register %v", m.Kind, m.Register)
 			}
+			for c := range m.Claims() {
+				if err := k.Verify(c.Token); k != nil && err != nil {
+					t.Fatalf("opened a claim that does not verify: %v", err)
+				}
+			}
 			again, err := m.Seal(k)
 			if err != nil {
 				t.Fatalf("Seal of an opened message: %v", err)
+			}
+			if m.Unverified > 0 {
+				continue // re-sealed without the claims it dropped
 			}
 			want := b
 			if !keyed && b[3]&gossipFlagMAC != 0 {

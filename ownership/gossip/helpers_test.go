@@ -38,3 +38,22 @@ func decodeFailed(t *testing.T, err error) bool {
 	}
 	return err != nil
 }
+
+// wrongCount reports whether a decoder told to expect want%(MaxPartitions+1)
+// partitions (any, if zero) refused a message of another count, and fails
+// t if it did so with an error that does not wrap ErrPartitionRange, or
+// decoded one of the wrong count (*parts, when err is nil).
+func wrongCount(t *testing.T, err error, want uint32, parts *int) bool {
+	t.Helper()
+	w := int(want % (MaxPartitions + 1))
+	if err == nil && w != 0 && *parts != w {
+		t.Fatalf("decoded %d partitions for a node of %d", *parts, w)
+	}
+	if errors.Is(err, ownership.ErrPartitionRange) {
+		if w == 0 {
+			t.Fatalf("error %v, expecting any partition count", err)
+		}
+		return true
+	}
+	return false
+}

@@ -323,22 +323,30 @@ func (r *Register) MarshalBinary() ([]byte, error) { return r.AppendBinary(nil) 
 // canonical encoding yields an error wrapping ErrMalformedToken. Merge the
 // result into the local register.
 func UnmarshalRegister(b []byte) (*Register, error) {
-	parts, claims, err := readClaims(b)
+	parts, claims, err := readClaims(b, 0)
 	if err != nil {
 		return nil, err
 	}
+	return registerOf(parts, claims), nil
+}
+
+// registerOf returns a register of parts partitions holding claims (valid,
+// in increasing partition order).
+func registerOf(parts int, claims []Claim) *Register {
 	r := &Register{claims: make([]Claim, parts)}
 	for _, c := range claims {
 		r.claims[c.Token.Partition] = c
 	}
 	r.n = len(claims)
-	return r, nil
+	return r
 }
 
 // readClaims decodes a register's encoding into its partition count and
 // its claims, in increasing partition order, without allocating for the
-// partitions that have none.
-func readClaims(b []byte) (int, []Claim, error) {
+// partitions that have none. Unless want is zero, a register of another
+// partition count than want is refused (an error wrapping
+// ErrPartitionRange) before anything is allocated.
+func readClaims(b []byte, want int) (int, []Claim, error) {
 	d := wire.Decoder{B: b}
 	if v := d.Byte(); d.OK() && v != registerVersion {
 		return 0, nil, wire.Malformed("register: unknown version %d", v)
@@ -346,6 +354,9 @@ func readClaims(b []byte) (int, []Claim, error) {
 	parts := d.Uvarint()
 	if d.OK() && (parts < 1 || parts > MaxPartitions) {
 		return 0, nil, wire.Malformed("register: %d partitions", parts)
+	}
+	if d.OK() && want != 0 && parts != uint64(want) {
+		return 0, nil, partitionCount("register", parts, want)
 	}
 	nn := d.Uvarint()
 	// Each node takes at least 2 bytes and is used by a distinct claim.

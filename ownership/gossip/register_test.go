@@ -386,7 +386,14 @@ func FuzzUnmarshalRegister(f *testing.F) {
 	b, _ = empty.MarshalBinary()
 	f.Add(b)
 	f.Add([]byte{1, 8, 2, 1, 'a', 1, 1, 'b', 1, 2, 0, 0, 1, 0, 0, 1, 1, 0})
+	f.Add([]byte{1, 0x80, 0x80, 4, 0, 0}) // 65,536 partitions, no claim
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// For a node of 8 partitions: another count is refused before
+		// anything sized by it is allocated.
+		parts, claims, err := readClaims(b, 8)
+		if !wrongCount(t, err, 8, &parts) && !decodeFailed(t, err) && len(claims) > parts {
+			t.Fatalf("%d claims of %d partitions", len(claims), parts)
+		}
 		r, err := UnmarshalRegister(b)
 		if decodeFailed(t, err) {
 			return
