@@ -98,7 +98,9 @@ const (
 	// ActSync: member Node holds a newer stable membership: exchange full
 	// state with it (a push/pull). One member is asked per newer stable
 	// membership at a time; another after RetryTicks (doubling) if this
-	// node is still behind.
+	// node is still behind. The first ask waits RetryTicks when a member
+	// that showed this node's own stable membership steps one version
+	// past it (a join: the new set's gossip is on its way).
 	ActSync
 	// ActQuorum: whether this node sees a quorum changed to OK. For logs
 	// and status; the machine has acted on it already.

@@ -57,7 +57,9 @@ import (
 // hold a quorum of it: a forged set of members that do not exist can't
 // halt a node for good. A member whose metadata shows a higher ID than the
 // node's (within MaxStableJump) makes it outdated: it has no quorum and
-// asks one member that shows the newer ID for its state (see toAsk). This is
+// asks one member that shows the newer ID for its state (see toAsk; a
+// member in step that steps one version ahead is asked a retry wait
+// later, if this node has not heard the new set by then). This is
 // what keeps a node that restarts on the minority side of a split, or that
 // sat on the far side of a split that later reshaped, from counting a
 // quorum the cluster no longer gives it.
@@ -132,6 +134,7 @@ func (q *tracker) setView(now uint64, members []ViewMember, left []string) bool 
 	if !q.hasView || !slices.Equal(names, q.view) || !slices.Equal(reached, q.reached) {
 		q.viewSince = now
 	}
+	q.noteSteps(now, ids)
 	q.view, q.reached, q.ids, q.hasView = names, reached, ids, true
 	changed := false
 	if q.min == 0 && q.stable.Known() && !q.outdated {
@@ -280,7 +283,9 @@ func (q *tracker) known() []string {
 }
 
 // A syncAsk is the last member asked for a newer stable membership, the
-// tick it was asked at, and how many asks went before it for that ID.
+// tick it was asked at, and how many asks went before it for that ID; with
+// node "", no one asked yet: a member in step with this node was seen to
+// step to the ID at tick at (noteSteps).
 type syncAsk struct {
 	node  string
 	at    uint64
@@ -305,6 +310,24 @@ type syncAsk struct {
 // entry is forgotten once this node's stable membership reaches its ID or
 // no member of the view shows it, so asked never holds more entries than
 // the view has members.
+//
+// The one exception, a first ask that waits (noteSteps): a member that
+// showed this node's own stable ID in the last view steps to the next
+// version. That is how a join looks from every member: the members that
+// see the joiner promote the set and re-advertise it in their metadata,
+// and the stable membership itself goes out by gossip at the same moment
+// (ActStable), which a node that knows a quorum of it adopts (heard)
+// without asking anyone. Asked at once, about 0.85 n members of a cluster
+// of n each synced with a whole-state push/pull per join (issue 22, item
+// 4: 9 per join at 10 nodes, 17 at 20; at 15-20 nodes on a loaded machine
+// their burst set off hundreds of false suspicions). So for such an ID
+// the first ask waits one retry wait (RetryTicks, at least a tick) after
+// the step was seen. A node that falls behind in any other way asks at
+// once, as before: one that starts or comes back (no ID or another one of
+// its own), one for which a member jumps more than a version or shows an
+// ID it did not step to from this node's, one that saw a member step
+// before and is still behind (the next step is from an ID not its own):
+// the wait is at most one retry per version of this node's own.
 func (q *tracker) toAsk(now uint64) []string {
 	own := q.stable.ID()
 	for id := range q.asked {
@@ -319,6 +342,12 @@ func (q *tracker) toAsk(now uint64) []string {
 			continue
 		}
 		a, ok := q.asked[id]
+		if ok && a.node == "" {
+			if now-a.at < max(q.retry, 1) {
+				continue // a member in step stepped to id: wait for its gossip
+			}
+			ok = false // the first ask
+		}
 		if ok && q.ids[a.node] == id && now-a.at < q.askWait(a.tries) {
 			continue
 		}
@@ -333,6 +362,54 @@ func (q *tracker) toAsk(now uint64) []string {
 		out = append(out, next.node)
 	}
 	return out
+}
+
+// noteSteps records, from the view about to replace the last one (ids,
+// each member's stable ID), the newer IDs whose first ask waits (see
+// toAsk): an ID one version above this node's own, first seen shown by a
+// member that showed this node's own ID in the last view. An ID first
+// seen otherwise gets no entry and is asked for at once; a later step to
+// an ID already seen changes nothing.
+func (q *tracker) noteSteps(now uint64, ids map[string]quorum.StableID) {
+	own := q.stable.ID()
+	if own.Version == 0 {
+		return
+	}
+	for m, id := range ids {
+		if m == q.self || id.Compare(own) <= 0 || q.shown(id) {
+			continue
+		}
+		if _, ok := q.asked[id]; ok {
+			continue
+		}
+		if old, was := q.ids[m]; !was || old != own || id.Version != own.Version+1 {
+			continue
+		}
+		// Another member may show id first seen otherwise in this same
+		// view: then it is asked for at once.
+		if q.otherwiseShown(id, ids) {
+			continue
+		}
+		if q.asked == nil {
+			q.asked = make(map[quorum.StableID]syncAsk)
+		}
+		q.asked[id] = syncAsk{at: now}
+	}
+}
+
+// otherwiseShown reports whether a member of the last view that did not
+// show this node's own stable ID shows id in ids (the new view's).
+func (q *tracker) otherwiseShown(id quorum.StableID, ids map[string]quorum.StableID) bool {
+	own := q.stable.ID()
+	for m, mid := range ids {
+		if m == q.self || mid != id {
+			continue
+		}
+		if old, was := q.ids[m]; was && old != own {
+			return true
+		}
+	}
+	return false
 }
 
 // askWait is how long toAsk waits for an answer after the tries+1st ask

@@ -55,8 +55,10 @@ func TestQuorumForgetsWhomItAsked(t *testing.T) {
 	if len(q.asked) != 0 {
 		t.Fatalf("%d entries remembered after the node reached the set they were asked for", len(q.asked))
 	}
-	// A member that later shows a still newer set is asked at once.
-	view[1].Stable = quorum.NewStable(5, []string{"a", "b"}).ID()
+	// A member that later shows a set two versions newer is asked at once
+	// (one version newer, a step from this node's own, waits a retry:
+	// TestQuorumWaitsForAStepItCanHear).
+	view[1].Stable = quorum.NewStable(6, []string{"a", "b"}).ID()
 	q.setView(5, view[:51], nil)
 	if got := q.toAsk(5); !slices.Equal(got, []string{view[1].Name}) {
 		t.Fatalf("asked %v, want %s for its newer set", got, view[1].Name)
@@ -223,6 +225,93 @@ func TestReplayedStableIsBounded(t *testing.T) {
 			if q.heard(3, reopen(gossip.Message{Kind: gossip.KindStable, Stable: s}).Stable) || q.stable.ID() != cur.ID() {
 				t.Fatalf("replayed %v after %v: now %v", s, cur, q.stable)
 			}
+		}
+	}
+}
+
+// Issue 22, item 4: in a join the members that see the joiner promote the
+// new set and re-advertise it in their metadata, and gossip the set
+// itself at the same moment. A node that saw a member's new ID before the
+// set's gossip asked that member for a whole-state push/pull at once:
+// about 0.85 n per join in a cluster of n (TestScale10x271's join_syncs
+// was 9). When a member in step with this node (it showed this node's
+// own ID) steps one version ahead, the first ask waits a retry; any other
+// newer ID is still asked for at once, so a node that starts, comes back
+// from a split or is still behind after the wait catches up as fast as
+// before.
+func TestQuorumWaitsForAStepItCanHear(t *testing.T) {
+	old := quorum.NewStable(3, []string{"a", "b", "c"})
+	newer := quorum.NewStable(4, []string{"a", "b", "c", "d"})
+	inStep := []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: old.ID()}, {Name: "c", Stable: old.ID()}}
+	stepped := slices.Clone(inStep)
+	stepped[1].Stable = newer.ID() // b saw the joiner d
+
+	q := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: old}
+	q.setView(1, inStep, nil)
+	q.toAsk(1)
+	q.setView(2, stepped, nil)
+	if !q.outdated || q.ok {
+		t.Fatalf("outdated %v, quorum %v: a member shows a newer set, want outdated without a quorum", q.outdated, q.ok)
+	}
+	for now := uint64(2); now < 6; now++ {
+		if got := q.toAsk(now); len(got) != 0 {
+			t.Fatalf("tick %d: asked %v within a retry wait of b's step from this node's own set", now, got)
+		}
+	}
+	// It hears the new set's gossip: nothing to ask for.
+	if !q.heard(5, newer) {
+		t.Fatal("the new set, of which this node knows a quorum, was not adopted")
+	}
+	joined := append(slices.Clone(stepped), ViewMember{Name: "d", Stable: newer.ID()})
+	joined[0].Stable = newer.ID()
+	for now := uint64(5); now < 40; now++ {
+		q.setView(now, joined, nil)
+		if got := q.toAsk(now); len(got) != 0 {
+			t.Fatalf("tick %d: asked %v for a set this node has reached", now, got)
+		}
+	}
+
+	// One that hears no gossip asks b once the wait is over, and again
+	// after waits that double.
+	r := &tracker{self: "c", stableAfter: 5, retry: 4, maxRetry: 16, stable: old}
+	r.setView(1, inStep, nil)
+	var at []uint64
+	for now := uint64(2); now <= 20; now++ {
+		r.setView(now, stepped, nil)
+		if got := r.toAsk(now); len(got) > 0 {
+			if !slices.Equal(got, []string{"b"}) {
+				t.Fatalf("tick %d: asked %v, want b", now, got)
+			}
+			at = append(at, now)
+		}
+	}
+	if want := []uint64{6, 10, 18}; !slices.Equal(at, want) {
+		t.Fatalf("asked at ticks %v, want %v", at, want)
+	}
+
+	// Asked at once, as before: a node with no stable membership yet (it
+	// just started); a member that first shows the newer set without a step
+	// from this node's own (it was not in the view: back from a split or
+	// restarted); a jump of two versions; a step while this node is still
+	// behind from an earlier one (the member's last ID was not this node's).
+	for _, c := range []struct {
+		name       string
+		own        quorum.Stable
+		before     []ViewMember
+		after      []ViewMember
+		wantAskOne bool
+	}{
+		{"no stable yet", quorum.Stable{}, []ViewMember{{Name: "a"}, {Name: "b"}}, []ViewMember{{Name: "a"}, {Name: "b", Stable: newer.ID()}}, true},
+		{"new in the view", old, []ViewMember{{Name: "a", Stable: old.ID()}}, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: newer.ID()}}, true},
+		{"two versions", old, inStep, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: quorum.NewStable(5, []string{"a", "b", "c"}).ID()}, {Name: "c", Stable: old.ID()}}, true},
+		{"still behind", old, stepped, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: quorum.NewStable(4, []string{"a", "b", "c", "e"}).ID()}, {Name: "c", Stable: old.ID()}}, true},
+	} {
+		r := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: c.own}
+		r.setView(1, c.before, nil)
+		r.asked = nil // what the first view asked for is not this case's
+		r.setView(2, c.after, nil)
+		if got := r.toAsk(2); len(got) != 1 {
+			t.Errorf("%s: asked %v at once, want one member", c.name, got)
 		}
 	}
 }
