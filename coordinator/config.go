@@ -150,7 +150,8 @@ type Config struct {
 	// Set GossipKeys (memberlist's encryption) where the gossip network is
 	// not trusted. Without them (and without
 	// GossipKeys) the cluster trusts whatever reaches its gossip port, and
-	// is not fully protected: a plain memberlist node joins as a member,
+	// is not fully protected: a forged goodbye makes a member's next
+	// crash count as a graceful leave, a plain memberlist node joins as a member,
 	// can make every node hold back while it advertises a newer stable
 	// membership, and a forged stable membership naming a quorum of real
 	// members plus some that do not exist is adopted (one naming none that

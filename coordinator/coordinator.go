@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +61,7 @@ type Coordinator struct {
 	gossipAddr atomic.Pointer[string] // set by Start
 	mlKeys     *memberlist.Keyring
 	bq         *memberlist.TransmitLimitedQueue
+	dlg        *delegate // set by Start, before memberlist starts
 
 	inbox    inbox
 	exch     chan exchangeJob // cap exchangeQueue: the digest exchange's sends
@@ -68,6 +70,10 @@ type Coordinator struct {
 	inputs   chan input
 	leaveCh  chan struct{}
 	idleCh   chan struct{} // closed by the loop when idle after Leave
+
+	opener        gossip.Opener // opens the gossip this node receives
+	askWindow     time.Duration // how long a member's differing digest makes its asks due (exchange.go)
+	unverifiedLog logLimit      // bounds the log lines of claims that did not verify
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -150,6 +156,8 @@ func New(cfg Config) (*Coordinator, error) {
 		closeDone: make(chan struct{}),
 		inbox:     inbox{signal: make(chan struct{}, 1)},
 		exch:      make(chan exchangeJob, exchangeQueue),
+		opener:    gossip.Opener{Cluster: cfg.ClusterName, Keys: cfg.TokenKeys, Partitions: cfg.Ring.Partitions},
+		askWindow: askWindow(cfg.Memberlist),
 		metrics:   newMetrics(),
 	}
 	c.subs.tap = c.observeEvent
@@ -282,6 +290,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 	}
 	mc.Label = c.cfg.Label
 	d := &delegate{c: c}
+	c.dlg = d
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge = d, d, d, d
 	mc.Conflict = d
 	mc.Logger = slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)
@@ -292,7 +301,9 @@ func (c *Coordinator) start(ctx context.Context) error {
 	}
 	mc.Transport = tr
 	c.bq = &memberlist.TransmitLimitedQueue{
-		NumNodes: func() int { return c.numMembers() },
+		// Not memberlist's NumMembers: that takes memberlist's node lock,
+		// and the queue calls NumNodes under its own (see delegate.live).
+		NumNodes: d.numNodes,
 		// Claims are few and small, and a node that misses one waits a
 		// whole push/pull interval. memberlist piggybacks broadcasts on
 		// pings and acks, so a message's transmissions are not spread
@@ -497,10 +508,10 @@ func (c *Coordinator) Leaving() bool { return c.leaving.Load() }
 //     releases and its metadata) to each new owner over TCP, so a
 //     handoff does not wait for gossip, which a busy machine delays;
 //  3. it waits until the new holders are heard (at most HandoffTimeout),
-//     says goodbye (in its gossip metadata, then to memberlist) and
-//     closes the coordinator. A member that hears the goodbye drops this
-//     node from its stable membership at once; one that misses it (a
-//     split) counts the departure as a crash.
+//     says goodbye (in its gossip metadata, to each live member over
+//     TCP, then to memberlist) and closes the coordinator. A member that
+//     hears the goodbye drops this node from its stable membership at
+//     once; one that misses it (a split) counts the departure as a crash.
 //
 // After Leave, Owner, OwnerOfPartition, Table and Members keep answering
 // from the last view, so a leaving server can forward the calls still in
@@ -561,6 +572,7 @@ func (c *Coordinator) leave(ctx context.Context) error {
 			if perr := c.pushMeta(); perr != nil {
 				c.log.Debug("leave: goodbye", "err", perr)
 			}
+			c.sayGoodbye(ctx)
 		}
 		if lerr := c.memberlistLeave(); errors.Is(lerr, ErrClosed) && err == nil {
 			err = lerr // Close cut the goodbye short
@@ -661,6 +673,101 @@ func (c *Coordinator) handedOff() bool {
 		}
 	}
 	return true
+}
+
+// goodbyeFanout bounds the goodbyes sayGoodbye has in flight at once.
+const goodbyeFanout = 16
+
+// sayGoodbye sends this node's goodbye (its metadata, which says Gone) to
+// every member of its view over a stream too, those the reach check does
+// not name unreachable first. Gossip gives the goodbye a few transmits,
+// which may all go to members lately lost to a split, and a member that
+// misses it counts this node's drop as a crash (it keeps the node in its
+// stable membership until a promotion). Best effort: it waits for the
+// sends at most LeaveTimeout by the Clock, or until ctx ends; a send still
+// running then (each is bounded by memberlist's TCPTimeout) ends with the
+// close, which waits for it.
+func (c *Coordinator) sayGoodbye(ctx context.Context) {
+	v := c.view.Load()
+	if v == nil {
+		return
+	}
+	var to, late []*memberlist.Node
+	for name, m := range v.members {
+		ap, err := netip.ParseAddrPort(m.GossipAddr)
+		if name == c.cfg.Name || err != nil {
+			continue
+		}
+		n := &memberlist.Node{Name: name, Addr: ap.Addr().AsSlice(), Port: ap.Port()}
+		if slices.Contains(v.unreachable, name) {
+			late = append(late, n)
+		} else {
+			to = append(to, n)
+		}
+	}
+	to = append(to, late...)
+	if len(to) == 0 {
+		return
+	}
+	b := encodeGoodbye(c.cfg.Name, *c.meta.Load())
+	c.lifeMu.Lock()
+	if c.state == lifeClosed {
+		c.lifeMu.Unlock()
+		return
+	}
+	c.joins.Add(len(to)) // before Close's Wait, which runs once the state says closed
+	c.lifeMu.Unlock()
+	var pending atomic.Int32
+	pending.Store(int32(len(to)))
+	done, stop := make(chan struct{}), make(chan struct{})
+	defer close(stop)
+	sem := make(chan struct{}, goodbyeFanout)
+	for _, n := range to {
+		go func() {
+			defer c.joins.Done()
+			defer func() {
+				if pending.Add(-1) == 0 {
+					close(done)
+				}
+			}()
+			select {
+			case sem <- struct{}{}:
+			case <-stop:
+				return
+			}
+			defer func() { <-sem }()
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			defer func() {
+				if r := recover(); r != nil && !c.closed.Load() {
+					panic(r) // not Close's: not ours to hide
+				}
+			}()
+			if err := c.ml.SendReliable(n, b); err != nil {
+				c.log.Debug("leave: goodbye", "to", n.Name, "err", err)
+			}
+		}()
+	}
+	tick, stopTick := c.cfg.Clock.NewTicker(c.cfg.TickInterval)
+	defer stopTick()
+	deadline := c.cfg.Clock.Now().Add(c.cfg.LeaveTimeout)
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-c.ctx.Done():
+			return
+		case <-tick:
+			if !c.cfg.Clock.Now().Before(deadline) {
+				return
+			}
+		}
+	}
 }
 
 // memberlistLeave is memberlist's Leave, which panics ("leave after

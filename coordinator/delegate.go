@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/tenure-go/tenure/ownership"
@@ -16,7 +18,26 @@ import (
 // delegate is the coordinator's face to memberlist. memberlist calls it from
 // its own goroutines, some of them under its locks: every method returns
 // quickly, never blocks, and never calls back into memberlist.
-type delegate struct{ c *Coordinator }
+type delegate struct {
+	c *Coordinator
+	// live counts the members memberlist holds alive or suspect, this node
+	// among them: what memberlist's NumMembers counts, kept by NotifyJoin
+	// (a member dead, left or new becomes alive) and NotifyLeave (one
+	// becomes dead or left), which memberlist calls under its node lock at
+	// exactly those transitions. The broadcast queue reads it under the
+	// queue's own lock; NumMembers there took memberlist's node lock under
+	// the queue's, a lock convoy under load (issue 22, item 4: goroutine
+	// dumps showed 38 goroutines waiting on the node lock, 30 on the
+	// queue's).
+	live atomic.Int64
+}
+
+// numNodes is the broadcast queue's count of members (TransmitLimitedQueue's
+// NumNodes): live, and at least 1, this node, as before it joined itself
+// (a count of 0 would give every broadcast no transmissions at all).
+func (d *delegate) numNodes() int {
+	return int(max(d.live.Load(), 1))
+}
 
 // NodeMeta implements memberlist.Delegate.
 func (d *delegate) NodeMeta(limit int) []byte {
@@ -30,23 +51,67 @@ func (d *delegate) NodeMeta(limit int) []byte {
 // NotifyMsg implements memberlist.Delegate: a gossiped claim, release or
 // stable membership, or a section of a peer's register (the digest
 // exchange, sent to this node alone). Whatever fails gossip.Open's checks
-// for the broadcast channel is dropped, a state among them. A section that
-// asks for an answer queues one (offerExchange).
+// for the broadcast channel is dropped, a state among them; so are the
+// claims of a section whose tokens do not verify, alone (counted and
+// logged by unverified). A section that asks for an answer queues one
+// (offerExchange) when it is due (askDue, exchange.go). A leaver's
+// goodbye, sent over a stream, is recorded (goodbye).
 func (d *delegate) NotifyMsg(b []byte) {
-	m, err := gossip.Open(b, gossip.Broadcast, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
-	if err == nil && m.Kind == gossip.KindSection && m.Section.Partitions != d.c.reg.Partitions() {
-		err = fmt.Errorf("section of %d partitions, want %d", m.Section.Partitions, d.c.reg.Partitions())
+	if len(b) > 0 && b[0] == goodbyeMagic {
+		d.goodbye(b)
+		return
 	}
+	m, err := d.c.opener.Open(b, gossip.Broadcast)
 	if err != nil {
 		d.c.log.Debug("dropped gossip", "err", err)
 		d.c.metrics.gossipDropped.Inc()
 		return
 	}
+	d.unverified(m)
 	d.c.inbox.push(heard{stable: m.Stable, claims: slices.Collect(m.Claims())})
 	if m.Kind == gossip.KindSection && m.Section.Ask && m.Sender != d.c.cfg.Name {
-		d.c.offerExchange(exchangeJob{peer: m.Sender, answer: &m.Section})
+		due := d.c.nodes.askDue(m.Sender, &m.Section, d.c.cfg.Clock.Now(), d.c.askWindow)
+		if due == nil {
+			d.c.traffic.asksRefused.Add(1)
+			return
+		}
+		d.c.offerExchange(exchangeJob{peer: m.Sender, answer: due})
 	}
 }
+
+// goodbye records a goodbye heard over a stream (see sayGoodbye): the
+// member's drop, in the life the goodbye names, counts as graceful.
+func (d *delegate) goodbye(b []byte) {
+	name, md, err := decodeGoodbye(b, d.c.cfg.TokenKeys)
+	if err == nil {
+		err = d.c.refusal(name, md)
+	}
+	if err != nil {
+		d.c.log.Debug("dropped goodbye", "err", err)
+		d.c.metrics.gossipDropped.Inc()
+		return
+	}
+	if !d.c.nodes.heardGoodbye(name, md.Incarnation) {
+		d.c.log.Debug("goodbye of no live member", "node", name, "incarnation", md.Incarnation)
+	}
+}
+
+// unverified counts the claims gossip.Open dropped from m for tokens that
+// did not verify, and logs them, at most once per unverifiedLogEvery.
+func (d *delegate) unverified(m gossip.Message) {
+	if m.Unverified == 0 {
+		return
+	}
+	d.c.metrics.gossipDropped.Add(float64(m.Unverified))
+	d.c.traffic.unverified.Add(uint64(m.Unverified))
+	if ok, held := d.c.unverifiedLog.allow(d.c.cfg.Clock.Now(), unverifiedLogEvery); ok {
+		d.c.log.Warn("dropped claims whose tokens did not verify (a key rotation not yet done everywhere, or forgery)",
+			"sender", m.Sender, "kind", m.Kind.String(), "claims", m.Unverified, "messages since the last such line", held)
+	}
+}
+
+// unverifiedLogEvery bounds the lines unverified logs.
+const unverifiedLogEvery = 10 * time.Second
 
 // GetBroadcasts implements memberlist.Delegate.
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
@@ -92,26 +157,26 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	if len(buf) == 0 {
 		return
 	}
-	m, err := gossip.Open(buf, gossip.PushPull, d.c.cfg.ClusterName, d.c.cfg.TokenKeys)
+	m, err := d.c.opener.Open(buf, gossip.PushPull)
 	var diff []int
-	if err == nil {
-		switch m.Kind {
-		case gossip.KindState:
-			if m.Register.Partitions() != d.c.reg.Partitions() {
-				err = fmt.Errorf("register of %d partitions, want %d", m.Register.Partitions(), d.c.reg.Partitions())
-			}
-		case gossip.KindDigest:
-			diff, err = d.c.reg.Digest().Diff(m.Digest)
-		}
+	if err == nil && m.Kind == gossip.KindDigest {
+		diff, err = d.c.reg.Digest().Diff(m.Digest)
 	}
 	if err != nil {
 		d.c.log.Warn("dropped remote state", "err", err)
 		d.c.metrics.gossipDropped.Inc()
 		return
 	}
+	d.unverified(m)
 	d.c.inbox.push(heard{stable: m.Stable, claims: slices.Collect(m.Claims())})
-	if len(diff) > 0 && d.c.cfg.Name < m.Sender {
+	switch {
+	case len(diff) == 0 || m.Sender == d.c.cfg.Name:
+	case d.c.cfg.Name < m.Sender:
 		d.c.offerExchange(exchangeJob{peer: m.Sender, ranges: diff})
+	default: // the sender asks: its asks for diff are due
+		if ask := d.c.nodes.openAsks(m.Sender, diff, d.c.cfg.Clock.Now(), d.c.askWindow); ask != nil {
+			d.c.offerExchange(exchangeJob{peer: m.Sender, answer: ask})
+		}
 	}
 }
 
@@ -120,6 +185,7 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 // read: memberlist later mutates the nodes Members() returns, without a
 // lock the caller can take. So the coordinator keeps its own copy.
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
+	d.live.Add(1)
 	d.c.nodes.put(n, d.c.cfg.TokenKeys)
 	d.changed()
 }
@@ -129,16 +195,19 @@ func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 }
 
 // NotifyLeave: a member left gracefully when this node heard its goodbye
-// (its last metadata, authentic, says Gone) before it went. One whose last
+// (its last metadata, authentic, says Gone, or its goodbye came over a
+// stream) before it went. One whose last
 // metadata said only Leaving may have been cut off by a split before its
 // goodbye: its drop counts as a crash, or both sides of the split would
 // shrink their stable membership and count a quorum (issue 19, defect 4).
 // memberlist's own record (StateLeft, for a member that said goodbye) is
 // not in the Node it passes here: v0.7.0 keeps the state in a field of its
-// own and leaves Node.State at its zero value, StateAlive.
+// own and leaves Node.State at its zero value, StateAlive. Nor is its Meta
+// read: memberlist changes it only where it also calls NotifyJoin or
+// NotifyUpdate, so the entry put stored already holds it.
 func (d *delegate) NotifyLeave(n *memberlist.Node) {
-	md, err := decodeMeta(n.Meta, n.Name, d.c.cfg.TokenKeys)
-	d.c.nodes.del(n.Name, err == nil && md.Gone)
+	d.live.Add(-1)
+	d.c.nodes.del(n.Name)
 	d.changed()
 }
 
@@ -191,7 +260,9 @@ func (c *Coordinator) refusal(name string, md meta) error {
 
 // namedBroadcast is one message in memberlist's queue. It is named (by
 // the claim's partition, or "stable"), so a newer message replaces an
-// older one still queued.
+// older one still in the queue, whether it was sent yet or not: a release
+// this node claims over before gossip sent it never leaves the node, and
+// peers learn the claim, which supersedes it.
 type namedBroadcast struct {
 	name string
 	msg  []byte
@@ -240,7 +311,8 @@ func (c *Coordinator) broadcastStable(s quorum.Stable) {
 type nodeSet struct {
 	mu    sync.Mutex
 	nodes map[string]nodeEntry
-	left  []string // members that left gracefully since the last snapshot
+	left  []string         // members that left gracefully since the last snapshot
+	asks  map[string]*asks // per member: which of its asks are due (exchange.go)
 }
 
 type nodeEntry struct {
@@ -263,13 +335,35 @@ func (s *nodeSet) put(n *memberlist.Node, keys *ownership.Keyring) {
 	if s.nodes == nil {
 		s.nodes = make(map[string]nodeEntry)
 	}
+	if old, ok := s.nodes[n.Name]; ok && err == nil && old.err == nil && old.meta.Gone && old.meta.Incarnation == md.Incarnation {
+		e.meta.Gone = true // a goodbye heard holds for the rest of that life
+	}
 	s.nodes[n.Name] = e
 }
 
-func (s *nodeSet) del(name string, graceful bool) {
+// heardGoodbye marks live member name's current life as gone, if inc is
+// that life's incarnation, and reports whether it was.
+func (s *nodeSet) heardGoodbye(name string, inc uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	e, ok := s.nodes[name]
+	if !ok || e.err != nil || e.meta.Incarnation != inc {
+		return false
+	}
+	e.meta.Gone = true
+	s.nodes[name] = e
+	return true
+}
+
+// del drops member name. It left gracefully when the life it ends said
+// goodbye: by its gossiped metadata (put) or over a stream (heardGoodbye).
+func (s *nodeSet) del(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.nodes[name]
+	graceful := ok && e.err == nil && e.meta.Gone
 	delete(s.nodes, name)
+	delete(s.asks, name)
 	if graceful {
 		s.left = append(s.left, name)
 	}

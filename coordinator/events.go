@@ -21,7 +21,10 @@ const (
 	// EventHolderChanged: this node learned a new holder of Partition
 	// (Node, under Token), from gossip or its own claim; Node is "" when
 	// the holder released it. With EventMemberLeft it tells a router that
-	// calls in flight to the old holder should move.
+	// calls in flight to the old holder should move. Gossip carries each
+	// partition's newest claim: one superseded before it reached this node
+	// is not reported (a release its node followed at once with a new
+	// claim may arrive only as that claim).
 	EventHolderChanged
 	// EventMemberLeaving: member Node announced a graceful Leave: it is
 	// out of the table and hands its partitions off (EventMemberLeft

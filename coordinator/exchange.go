@@ -3,6 +3,8 @@ package coordinator
 import (
 	"net"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/tenure-go/tenure/ownership/gossip"
@@ -27,6 +29,26 @@ import (
 // goroutine through a queue of exchangeQueue jobs, and what does not fit
 // is dropped and counted (traffic.exchangeDropped); the next push/pull
 // finds the difference again.
+//
+// An asking section is answered only when it is due (issue 22 review): an
+// ask is some 30 bytes, may come by UDP (memberlist hands packets and
+// streams to NotifyMsg alike, so the delegate can't tell them apart), and
+// can be a replay of an authentic one, while its answer is up to the whole
+// register by TCP, and a trickle of replays would keep the queue full. So
+// the asked side (the one whose name sorts second) answers member P's ask
+// only for ranges in which P's digest, merged in a push/pull at most
+// askWindow ago, differed from its own, each range once: an answer clears
+// it. A digest opens ranges at most once per askWindow/2 per member, so
+// replayed digests can't open them faster, and at most one register's
+// worth of answers goes to each member per askWindow/2. An ask naming
+// ranges that are open and ranges that are not is answered for the open
+// ones. What is not due is parked, one ask per member (later asks merge
+// into it, by range: at most one register's claims), and answered for
+// the ranges the next digest opens within askWindow. askWindow is the
+// push/pull interval clamped to 1-30 s. Times are the Config's Clock; a
+// clock that steps back reopens at once rather than waiting out the step.
+// The state is per current member (nodeSet) and goes when the member
+// leaves; asks from anyone else are refused.
 
 const (
 	// exchangeQueue bounds the sends waiting for the exchange goroutine.
@@ -35,6 +57,190 @@ const (
 	// 12 KB keyed), unless one range holds more (1/32 of the partitions).
 	sectionClaims = 512
 )
+
+// askWindow returns how long after a differing digest from a member its
+// asks are answered: the push/pull interval, within 1 to 30 s.
+func askWindow(ml *memberlist.Config) time.Duration {
+	w := time.Second
+	if ml != nil {
+		w = ml.PushPullInterval
+	}
+	return min(max(w, time.Second), 30*time.Second)
+}
+
+// asks is the asked side's record of which of a member's asks are due.
+type asks struct {
+	opened  time.Time       // when a digest of the member's last opened ranges
+	ranges  uint64          // bit i: range i differed then and is not answered yet
+	parked  *gossip.Section // an ask that came before its digest, and when
+	parkedT time.Time
+}
+
+// rangeBits returns ranges as bits (ranges of a digest are below
+// gossip.DigestRanges, so below 64).
+func rangeBits(ranges []int) uint64 {
+	var b uint64
+	for _, r := range ranges {
+		b |= 1 << (uint(r) % 64)
+	}
+	return b
+}
+
+// memberAsks returns member name's record of asks, made on first use, or
+// nil if name is not a member. s.mu must be held.
+func (s *nodeSet) memberAsks(name string) *asks {
+	if _, ok := s.nodes[name]; !ok {
+		return nil
+	}
+	if s.asks == nil {
+		s.asks = make(map[string]*asks)
+	}
+	a := s.asks[name]
+	if a == nil {
+		a = &asks{}
+		s.asks[name] = a
+	}
+	return a
+}
+
+// openAsks records that member name's digest differed from this node's
+// in ranges at now: its asks for them are due for window. It returns a
+// parked ask of name's that is now due, or nil. A non-member, or a member
+// whose ranges were opened less than window/2 ago, opens nothing.
+func (s *nodeSet) openAsks(name string, ranges []int, now time.Time, window time.Duration) *gossip.Section {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.memberAsks(name)
+	if a == nil {
+		return nil
+	}
+	// A clock that stepped back (now before the last opening) reopens: the
+	// guard bounds a rate, and must not stop answering for as long as the
+	// step.
+	if !a.opened.IsZero() && !now.Before(a.opened) && now.Sub(a.opened) < window/2 {
+		return nil
+	}
+	a.opened, a.ranges = now, rangeBits(ranges)
+	p := a.parked
+	a.parked = nil
+	if p == nil || now.Sub(a.parkedT) > window {
+		return nil
+	}
+	due, rest := a.take(*p)
+	if rest != nil {
+		a.parked = rest // parkedT stays: it expires with the ask it came from
+	}
+	return due
+}
+
+// askDue returns the part of member name's ask sec that is due (in ranges
+// open now), marking those ranges answered, or nil if none is. The rest is
+// parked, merged into the ask parked before, for a digest to open its
+// ranges. Asks of non-members are never due and never parked.
+func (s *nodeSet) askDue(name string, sec *gossip.Section, now time.Time, window time.Duration) *gossip.Section {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.memberAsks(name)
+	if a == nil {
+		return nil
+	}
+	rest := sec
+	var due *gossip.Section
+	if !a.opened.IsZero() && (now.Before(a.opened) || now.Sub(a.opened) <= window) {
+		due, rest = a.take(*sec)
+	}
+	if rest != nil {
+		if a.parked != nil && now.Sub(a.parkedT) <= window {
+			merged := mergeAsks(*a.parked, *rest)
+			rest = &merged
+		}
+		a.parked, a.parkedT = rest, now
+	}
+	return due
+}
+
+// take splits ask s by a's open ranges: due, the part of s in ranges that
+// are open (now cleared), nil if none; rest, the part in ranges that are
+// not, nil if none.
+func (a *asks) take(s gossip.Section) (due, rest *gossip.Section) {
+	open := rangeBits(s.Ranges) & a.ranges
+	a.ranges &^= open
+	in, out := sectionPart(s, open, true), sectionPart(s, open, false)
+	if len(in.Ranges) > 0 {
+		due = &in
+	}
+	if len(out.Ranges) > 0 {
+		rest = &out
+	}
+	return due, rest
+}
+
+// sectionPart returns the part of s in the ranges of bits (inside) or in
+// its other ranges (!inside): those ranges and their claims.
+func sectionPart(s gossip.Section, bits uint64, inside bool) gossip.Section {
+	part := gossip.Section{Partitions: s.Partitions, Ask: s.Ask}
+	for _, r := range s.Ranges {
+		if (bits&(1<<(uint(r)%64)) != 0) != inside {
+			continue
+		}
+		part.Ranges = append(part.Ranges, r)
+		lo, hi := gossip.RangeBounds(s.Partitions, r)
+		for _, c := range s.Claims {
+			if p := c.Token.Partition; p >= lo && p < hi {
+				part.Claims = append(part.Claims, c)
+			}
+		}
+	}
+	return part
+}
+
+// mergeAsks returns one ask of old's and new's ranges, new's claims for
+// a range both name: bounded by one register whatever the number merged.
+func mergeAsks(old, new gossip.Section) gossip.Section {
+	newBits := rangeBits(new.Ranges)
+	kept := sectionPart(old, newBits, false) // old's ranges that new does not name
+	bits := rangeBits(kept.Ranges) | newBits
+	m := gossip.Section{Partitions: new.Partitions, Ask: true}
+	for r := range gossip.Ranges(new.Partitions) {
+		if bits&(1<<(uint(r)%64)) == 0 {
+			continue
+		}
+		m.Ranges = append(m.Ranges, r)
+		from := kept
+		if newBits&(1<<(uint(r)%64)) != 0 {
+			from = new
+		}
+		lo, hi := gossip.RangeBounds(new.Partitions, r)
+		for _, c := range from.Claims {
+			if p := c.Token.Partition; p >= lo && p < hi {
+				m.Claims = append(m.Claims, c)
+			}
+		}
+	}
+	return m
+}
+
+// A logLimit lets a log line through at most once per interval, and
+// counts those it held back meanwhile.
+type logLimit struct {
+	mu   sync.Mutex
+	next time.Time
+	held int
+}
+
+// allow reports whether to log at now, and how many were held back since
+// the last line let through.
+func (l *logLimit) allow(now time.Time, every time.Duration) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Before(l.next) {
+		l.held++
+		return false, 0
+	}
+	held := l.held
+	l.next, l.held = now.Add(every), 0
+	return true, held
+}
 
 // exchangeJob is a send for the exchange goroutine: sections of ranges,
 // asking peer for an answer, or the answer to peer's asking section.

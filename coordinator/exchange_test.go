@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 
 	"github.com/tenure-go/tenure/internal/slowtest"
 	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ring"
 )
 
 // remac returns cl with its MAC set to m: in an unkeyed cluster the same
@@ -65,55 +70,94 @@ func TestDigestExchangeConvergesDivergedRegisters(t *testing.T) {
 		}
 		return n
 	}
-	whole0, sections0 := whole(), sections()
-	// testPartitions is 32: one partition per range.
-	planted := map[uint32]gossip.Claim{}
-	for name, parts := range map[string][]uint32{"d0": {1, 10, 31}, "d2": {5, 20}} {
-		c := tc.node(name).c
-		for _, p := range parts {
-			cl := remac(c.reg.GetClaim(p), byte(p+1))
-			if cl.Token.IsZero() || !c.reg.ObserveClaim(cl) {
-				t.Fatalf("planting %v in %s", cl, name)
+	// trial plants diverging claims and waits for them to spread; false
+	// when the membership moved meanwhile (see disturbed).
+	var whole0, sections0 uint64
+	trial := func(salt byte) bool {
+		whole0, sections0 = whole(), sections()
+		// testPartitions is 32: one partition per range.
+		planted := map[uint32]gossip.Claim{}
+		// disturbed says whether the membership moved during the trial: a
+		// planted partition claimed anew (a node lost its quorum and the
+		// partition moved) or a whole register sent (a rejoin's sync). Under
+		// load a 3-node cluster's failure detector can flap (issue 20); the
+		// trial is then void, not failed, and runs again.
+		disturbed := func() bool {
+			if whole() != whole0 {
+				return true
 			}
-			planted[p] = cl
-		}
-	}
-	// A few push/pulls are enough; a digest blind to a range never gets
-	// there. The wait is counted in push/pulls, not time, so a loaded
-	// machine does not fail it and a blind digest fails it soon.
-	digests := func(n *testNode) uint64 { return n.c.traffic.states.Load() - n.c.traffic.wholeStates.Load() }
-	base := map[string]uint64{}
-	for _, n := range nodes {
-		base[n.name] = digests(n)
-	}
-	const rounds = 15
-	testkit.WaitFor(ctx, t, "the planted claims to reach every node", func() bool {
-		agreed := sameRegisters(nodes) == nil
-		for _, n := range nodes {
-			for p, cl := range planted {
-				if got := n.c.reg.GetClaim(p); got != cl {
-					agreed = false
+			for _, n := range nodes {
+				for p, cl := range planted {
+					if n.c.reg.GetClaim(p).Token.Epoch > cl.Token.Epoch {
+						return true
+					}
 				}
 			}
+			return false
 		}
-		if agreed {
-			return true
-		}
-		for _, n := range nodes {
-			if digests(n)-base[n.name] < rounds {
-				return false
+		for name, parts := range map[string][]uint32{"d0": {1, 10, 31}, "d2": {5, 20}} {
+			c := tc.node(name).c
+			for _, p := range parts {
+				cl := remac(c.reg.GetClaim(p), byte(p+1)+64*(salt-1))
+				if cl.Token.IsZero() || !c.reg.ObserveClaim(cl) {
+					t.Fatalf("planting %v in %s", cl, name)
+				}
+				planted[p] = cl
 			}
 		}
-		t.Fatalf("after %d push/pulls of every node the planted claims have not spread: %v", rounds, sameRegisters(nodes))
-		return false
-	})
-	if got := whole() - whole0; got != 0 {
-		t.Fatalf("%d whole registers travelled (a join or a sync): the test is about digests alone", got)
+		// A few push/pulls are enough; a digest blind to a range never gets
+		// there. The wait is counted in push/pulls, not time, so a loaded
+		// machine does not fail it and a blind digest fails it soon.
+		digests := func(n *testNode) uint64 { return n.c.traffic.states.Load() - n.c.traffic.wholeStates.Load() }
+		base := map[string]uint64{}
+		for _, n := range nodes {
+			base[n.name] = digests(n)
+		}
+		const rounds = 15
+		testkit.WaitFor(ctx, t, "the planted claims to reach every node", func() bool {
+			if disturbed() {
+				return true
+			}
+			agreed := sameRegisters(nodes) == nil
+			for _, n := range nodes {
+				for p, cl := range planted {
+					if got := n.c.reg.GetClaim(p); got != cl {
+						agreed = false
+					}
+				}
+			}
+			if agreed {
+				return true
+			}
+			for _, n := range nodes {
+				if digests(n)-base[n.name] < rounds {
+					return false
+				}
+			}
+			t.Fatalf("after %d push/pulls of every node the planted claims have not spread: %v", rounds, sameRegisters(nodes))
+			return false
+		})
+		if disturbed() { // a whole register sent among them: the test is about digests alone
+			return false
+		}
+		if sections() == sections0 {
+			t.Fatal("the registers converged without a section sent")
+		}
+		return true
 	}
-	if sections() == sections0 {
-		t.Fatal("the registers converged without a section sent")
+	for try := 1; !trial(byte(try)); try++ {
+		if try == 3 {
+			t.Fatalf("three trials in a row were disturbed (%d whole registers sent in the last, or a planted partition claimed anew): a sync or a join each time, a flapping cluster, or an exchange that sends whole registers", whole()-whole0)
+		}
+		t.Logf("trial %d disturbed (%d whole registers sent; if 0, a planted partition claimed anew); again", try, whole()-whole0)
+		testkit.WaitFor(ctx, t, "the registers to agree again", func() bool { return sameRegisters(nodes) == nil })
 	}
-	t.Logf("sections sent: %d", sections()-sections0)
+	var refused uint64
+	for _, n := range nodes {
+		refused += n.c.traffic.asksRefused.Load()
+	}
+	// An ask that beat its push/pull's digest is parked, not refused for good.
+	t.Logf("sections sent: %d; asks not due on arrival: %d", sections()-sections0, refused)
 }
 
 // sameRegisters returns nil when nodes' registers hold the same claims.
@@ -224,5 +268,203 @@ func printStateFigures(t *testing.T) {
 			fmt.Printf("figure: gossip.pushpull_state_bytes.%d.%s %d\n", p, name, d)
 			fmt.Printf("figure: gossip.join_state_bytes.%d.%s %d\n", p, name, w)
 		}
+	}
+}
+
+// Issue 22 review: an asking section is some 30 bytes, may come by UDP,
+// and may be a replay; its answer is up to the whole register by TCP.
+// Every copy was answered, so a trickle of replays filled the exchange's
+// queue (exchangeQueue jobs) and kept it full. Now an ask of member P is
+// answered only for ranges in which P's digest, merged at most askWindow
+// ago, differed from this node's, each range once; an ask that comes
+// before its digest waits for it; digests open ranges at most once per
+// askWindow/2; and nobody but a member is answered, nor remembered after
+// it leaves. The node is not started: what the delegate queues stays in
+// c.exch, to be counted.
+func TestAsksAreAnsweredOnlyWhenDue(t *testing.T) {
+	clock := &manualClock{now: time.Unix(1e9, 0)}
+	cfg := testConfig("b") // sorts after "a": a asks, b answers
+	cfg.Handler = nopHandler{}
+	cfg.Clock = clock
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d := &delegate{c: c}
+	join := func(name string) *memberlist.Node {
+		md, err := meta{Cluster: cfg.ClusterName, RingVersion: ring.AlgorithmVersion, Incarnation: 1, ServiceAddr: "s:1"}.encode(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &memberlist.Node{Name: name, Addr: []byte{127, 0, 0, 1}, Port: 1, Meta: md}
+		d.NotifyJoin(n)
+		return n
+	}
+	a := join("a")
+	// a's register differs from b's (empty) in ranges 3 and 5.
+	theirs, _ := gossip.NewRegister(testPartitions)
+	for _, p := range []uint32{3, 5} {
+		theirs.Observe(ownership.Token{Partition: p, Epoch: 1, Owner: "a", Incarnation: 1})
+	}
+	digest := seal(t, gossip.Message{Kind: gossip.KindDigest, Cluster: cfg.ClusterName, Sender: "a", Digest: theirs.Digest()}, nil)
+	ask := func(from string, ranges ...int) []byte {
+		return seal(t, gossip.Message{Kind: gossip.KindSection, Cluster: cfg.ClusterName, Sender: from,
+			Section: gossip.Section{Partitions: testPartitions, Ranges: ranges, Ask: true}}, nil)
+	}
+	queued := func(want int, what string) {
+		t.Helper()
+		if len(c.exch) != want {
+			t.Fatalf("%s: %d answers queued, want %d", what, len(c.exch), want)
+		}
+	}
+
+	// Replayed with no differing digest: refused, and the queue stays empty.
+	for range 3 * exchangeQueue {
+		d.NotifyMsg(ask("a", 3))
+	}
+	queued(0, "an ask replayed without a differing digest")
+	if got := c.traffic.asksRefused.Load(); got != 3*exchangeQueue {
+		t.Fatalf("%d asks refused, want %d", got, 3*exchangeQueue)
+	}
+	// The push/pull's digest: the last ask, parked, is answered now; a
+	// replay of it is not, nor an ask for a range that did not differ.
+	d.MergeRemoteState(digest, false)
+	queued(1, "the digest after a parked ask")
+	d.NotifyMsg(ask("a", 3))
+	d.NotifyMsg(ask("a", 4))
+	queued(1, "a replay, and an ask of a range that did not differ")
+	// An ask of a range that differed and one that did not (a's register
+	// moved between its digest and its ask) is answered for the first.
+	d.NotifyMsg(ask("a", 4, 5))
+	queued(2, "an ask of the other range that differed, and one that did not")
+	if j := <-c.exch; len(j.answer.Ranges) != 1 || j.answer.Ranges[0] != 3 {
+		t.Fatalf("the first answer is for ranges %v, want [3]", j.answer.Ranges)
+	}
+	if j := <-c.exch; len(j.answer.Ranges) != 1 || j.answer.Ranges[0] != 5 {
+		t.Fatalf("the answer of an ask of [4 5] is for ranges %v, want [5]", j.answer.Ranges)
+	}
+	queued(0, "the two answers taken")
+	d.NotifyMsg(ask("a", 5))
+	queued(0, "a replay of the answered range")
+	// Another digest within askWindow/2 opens nothing.
+	clock.advance(c.askWindow/2 - time.Millisecond)
+	d.MergeRemoteState(digest, false)
+	d.NotifyMsg(ask("a", 3))
+	queued(0, "an ask after a digest too soon")
+	// After it, a digest opens the ranges again, for askWindow: the ask
+	// parked just now is answered.
+	clock.advance(time.Millisecond)
+	d.MergeRemoteState(digest, false)
+	queued(1, "the parked asks, after a digest in time")
+	if j := <-c.exch; fmt.Sprint(j.answer.Ranges) != "[3 5]" {
+		t.Fatalf("the parked asks of [4 5], [4], [5] and [3] are answered for ranges %v, want [3 5]", j.answer.Ranges)
+	}
+	clock.advance(c.askWindow + time.Millisecond)
+	d.NotifyMsg(ask("a", 5))
+	queued(0, "an ask after the window")
+	// A clock stepped back an hour: the next digest opens the ranges
+	// again, not an hour and a half window later.
+	clock.advance(-time.Hour)
+	d.MergeRemoteState(digest, false)
+	queued(1, "the parked ask, after a digest once the clock stepped back")
+	<-c.exch
+	d.NotifyMsg(ask("a", 3))
+	queued(1, "the ask of the other range, the clock stepped back")
+	<-c.exch
+
+	// A non-member, digest or not, is never answered, nor remembered.
+	stranger := seal(t, gossip.Message{Kind: gossip.KindDigest, Cluster: cfg.ClusterName, Sender: "0", Digest: theirs.Digest()}, nil)
+	clock.advance(c.askWindow)
+	d.NotifyMsg(ask("0", 3))
+	d.MergeRemoteState(stranger, false)
+	d.NotifyMsg(ask("0", 3))
+	queued(0, "a non-member's asks")
+	// A member that leaves is forgotten: its parked ask too.
+	d.NotifyMsg(ask("a", 3))
+	d.NotifyLeave(a)
+	c.nodes.mu.Lock()
+	n := len(c.nodes.asks)
+	c.nodes.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d members' asks remembered, after the only member left", n)
+	}
+	join("a")
+	d.MergeRemoteState(digest, false)
+	queued(0, "the digest of a member that rejoined, its ask parked before it left")
+	d.NotifyMsg(ask("a", 3))
+	queued(1, "the ask of a member that rejoined, after its digest")
+	<-c.exch
+	// Range 5 is still open, but not past the window.
+	clock.advance(c.askWindow + time.Millisecond)
+	d.NotifyMsg(ask("a", 5))
+	queued(0, "an ask of an open range after the window")
+}
+
+// Issue 22 review: one claim of a keyed section that did not verify (a
+// claim signed under a key this node no longer holds, during a key
+// rotation) dropped the whole section, its good claims and its answer,
+// which stopped repair both ways. Now the claim alone is dropped, counted
+// (gossipDropped, once per claim) and logged, at most once per
+// unverifiedLogEvery however many arrive; the good claims are merged and
+// the ask is answered.
+func TestUnverifiedClaimsAreDroppedAlone(t *testing.T) {
+	keys := metaKeys(t, fuzzKey)
+	retired := metaKeys(t, "a retired token key, 32 bytes..")
+	clock := &manualClock{now: time.Unix(1e9, 0)}
+	cfg := testConfig("b")
+	cfg.Handler = nopHandler{}
+	cfg.Clock = clock
+	cfg.TokenKeys = keys
+	logs := newLogCapture()
+	cfg.Logger = slog.New(logs)
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d := &delegate{c: c}
+	md, err := meta{Cluster: cfg.ClusterName, RingVersion: ring.AlgorithmVersion, Incarnation: 1, ServiceAddr: "s:1"}.encode("a", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.NotifyJoin(&memberlist.Node{Name: "a", Addr: []byte{127, 0, 0, 1}, Port: 1, Meta: md})
+	theirs, _ := gossip.NewRegister(testPartitions)
+	good := gossip.Claim{Token: keys.Sign(ownership.Token{Partition: 3, Epoch: 1, Owner: "a", Incarnation: 1})}
+	stale := gossip.Claim{Token: retired.Sign(ownership.Token{Partition: 5, Epoch: 1, Owner: "a", Incarnation: 1})}
+	theirs.ObserveClaim(good)
+	theirs.ObserveClaim(stale)
+	d.MergeRemoteState(seal(t, gossip.Message{Kind: gossip.KindDigest, Cluster: cfg.ClusterName, Sender: "a", Digest: theirs.Digest()}, keys), false)
+	sections := theirs.Sections([]int{3, 5}, 10)
+	if len(sections) != 1 {
+		t.Fatalf("%d sections", len(sections))
+	}
+	ask := seal(t, gossip.Message{Kind: gossip.KindSection, Cluster: cfg.ClusterName, Sender: "a", Section: sections[0]}, keys)
+	before := dropped(c)
+	d.NotifyMsg(ask)
+	c.inbox.mu.Lock()
+	var heardClaims []gossip.Claim
+	for _, h := range c.inbox.items {
+		heardClaims = append(heardClaims, h.claims...)
+	}
+	c.inbox.mu.Unlock()
+	if len(heardClaims) != 1 || heardClaims[0] != good {
+		t.Fatalf("heard %v from a section of %v and %v (under a retired key), want the first alone", heardClaims, good, stale)
+	}
+	if len(c.exch) != 1 {
+		t.Fatalf("%d answers queued to a section with one claim under a retired key, want 1", len(c.exch))
+	}
+	if got := dropped(c) - before; got != 1 || c.traffic.unverified.Load() != 1 {
+		t.Fatalf("%v dropped, %d unverified counted, want 1 and 1", got, c.traffic.unverified.Load())
+	}
+	// A flood of them: each counted, one line logged per unverifiedLogEvery.
+	for range 100 {
+		d.NotifyMsg(ask)
+	}
+	clock.advance(unverifiedLogEvery)
+	d.NotifyMsg(ask)
+	lines := logs.records(func(r logRecord) bool { return strings.HasPrefix(r.msg, "dropped claims whose tokens did not verify") })
+	if got := dropped(c) - before; got != 102 || len(lines) != 2 {
+		t.Fatalf("102 sections of one unverified claim: %v dropped and %d lines logged, want 102 and 2", got, len(lines))
 	}
 }

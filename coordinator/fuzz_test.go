@@ -87,6 +87,13 @@ func feedAll(t *testing.T, c *Coordinator, b []byte, join bool) {
 		d.NotifyJoin(n)
 		d.NotifyUpdate(n)
 		d.NotifyLeave(n)
+		// Once more with fz-peer a member, so a goodbye in b can be taken.
+		if md, err := (meta{Cluster: c.cfg.ClusterName, RingVersion: ring.AlgorithmVersion, Incarnation: 7}).encode("fz-peer", c.cfg.TokenKeys); err == nil {
+			peer := &memberlist.Node{Name: "fz-peer", Addr: []byte{127, 0, 0, 1}, Port: 1, Meta: md}
+			d.NotifyJoin(peer)
+			d.NotifyMsg(b)
+			d.NotifyLeave(peer)
+		}
 	}()
 	select {
 	case p := <-done:
@@ -128,6 +135,11 @@ func FuzzDelegateBytes(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(md, true)
+		gone, err := meta{Cluster: "tenure", RingVersion: ring.AlgorithmVersion, Incarnation: 7, Gone: true}.encode("fz-peer", k)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(encodeGoodbye("fz-peer", gone), false)
 	}
 	f.Add([]byte{}, false)
 	f.Add([]byte{0x67, 2, 1, 0, 6, 't', 'e', 'n', 'u', 'r', 'e', 1, 'x'}, false)

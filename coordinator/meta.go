@@ -158,3 +158,41 @@ func decodeMeta(b []byte, name string, keys *ownership.Keyring) (meta, error) {
 	}
 	return m, nil
 }
+
+// goodbyeMagic opens a goodbye sent over a stream: a byte no gossip
+// message starts with (gossip's is 0x67).
+const goodbyeMagic = 0x62
+
+// encodeGoodbye returns the goodbye of node name, sent to each live member
+// over a stream: the magic byte, the name (uvarint-length-prefixed) and
+// the node's metadata, which says Gone and carries its MAC.
+func encodeGoodbye(name string, md []byte) []byte {
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(name)+len(md))
+	b = append(b, goodbyeMagic)
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	return append(b, md...)
+}
+
+// decodeGoodbye parses a goodbye from the network; it never panics. The
+// metadata must decode (and, with keys set, verify) for the name it
+// carries, and say Gone.
+func decodeGoodbye(b []byte, keys *ownership.Keyring) (string, meta, error) {
+	if len(b) == 0 || b[0] != goodbyeMagic {
+		return "", meta{}, fmt.Errorf("%w: not a goodbye", errBadMeta)
+	}
+	b = b[1:]
+	l, n := binary.Uvarint(b)
+	if n <= 0 || l == 0 || l > quorum.MaxMemberSize || l > uint64(len(b)-n) {
+		return "", meta{}, fmt.Errorf("%w: goodbye: bad name", errBadMeta)
+	}
+	name := string(b[n : n+int(l)])
+	md, err := decodeMeta(b[n+int(l):], name, keys)
+	if err != nil {
+		return "", meta{}, fmt.Errorf("goodbye of %q: %w", name, err)
+	}
+	if !md.Gone {
+		return "", meta{}, fmt.Errorf("%w: goodbye of %q does not say gone", errBadMeta, name)
+	}
+	return name, md, nil
+}

@@ -2,11 +2,14 @@ package coordinator
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/quorum"
+	"github.com/tenure-go/tenure/ring"
 )
 
 func metaKeys(t testing.TB, key string) *ownership.Keyring {
@@ -115,4 +118,119 @@ func FuzzDecodeMeta(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A goodbye heard over a stream (sayGoodbye) carries the leaver's own
+// metadata: it must say Gone and, with token keys set, verify for the name
+// it carries; it counts only for the life (incarnation) it names, and it
+// holds for the rest of that life, whatever older metadata is heard later.
+func TestGoodbyeCountsForTheLifeItNames(t *testing.T) {
+	keys := metaKeys(t, "tenure test token key, 32 bytes")
+	other := metaKeys(t, "another cluster's token key....")
+	gone := meta{Cluster: "tenure", Incarnation: 5, Leaving: true, Gone: true}
+	bye := func(name string, m meta, k *ownership.Keyring) []byte {
+		b, err := m.encode(name, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return encodeGoodbye(name, b)
+	}
+	if name, got, err := decodeGoodbye(bye("x", gone, keys), keys); err != nil || name != "x" || got != gone {
+		t.Fatalf("decodeGoodbye(encodeGoodbye) = %q, %+v, %v", name, got, err)
+	}
+	leaving := gone
+	leaving.Gone = false
+	for what, b := range map[string][]byte{
+		"signed under another key": bye("x", gone, other),
+		"unsigned":                 bye("x", gone, nil),
+		"another node's metadata":  encodeGoodbye("y", bye("x", gone, keys)[3:]),
+		"metadata not saying gone": bye("x", leaving, keys),
+		"no name":                  {goodbyeMagic, 0},
+		"a name past the bytes":    {goodbyeMagic, 9, 'x'},
+		"gossip's magic":           append([]byte{0x67}, bye("x", gone, keys)[1:]...),
+		"empty":                    nil,
+	} {
+		if _, _, err := decodeGoodbye(b, keys); !errors.Is(err, errBadMeta) {
+			t.Errorf("goodbye %s: %v, want errBadMeta", what, err)
+		}
+	}
+
+	node := func(m meta) *memberlist.Node {
+		b, err := m.encode("x", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &memberlist.Node{Name: "x", Meta: b}
+	}
+	var s nodeSet
+	s.put(node(leaving), nil)
+	if s.heardGoodbye("x", 6) || s.heardGoodbye("y", 5) {
+		t.Fatal("a goodbye of another life, or of no member, was taken")
+	}
+	s.del("x")
+	if _, left := s.snapshot(); len(left) != 0 {
+		t.Fatalf("left %v after a drop with no goodbye of its life, want none", left)
+	}
+	s.put(node(leaving), nil)
+	if !s.heardGoodbye("x", 5) {
+		t.Fatal("the goodbye of the member's own life was refused")
+	}
+	s.put(node(leaving), nil) // older metadata, heard late
+	s.del("x")
+	if _, left := s.snapshot(); !slices.Equal(left, []string{"x"}) {
+		t.Fatalf("left %v after a drop with its goodbye heard, want [x]", left)
+	}
+	next := leaving
+	next.Incarnation = 6
+	s.put(node(leaving), nil)
+	s.heardGoodbye("x", 5)
+	s.put(node(next), nil) // a new life under the same name
+	s.del("x")
+	if _, left := s.snapshot(); len(left) != 0 {
+		t.Fatalf("left %v: a new life inherited the old one's goodbye", left)
+	}
+}
+
+// The delegate takes a goodbye only from a member of this cluster, and
+// only the goodbye of the member's current life.
+func TestDelegateTakesOnlyThisClustersGoodbye(t *testing.T) {
+	f, err := ownership.NewMemoryFence(testPartitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig("gb-self")
+	cfg.Handler = &gatedHandler{}
+	cfg.Fence = f
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d := &delegate{c: c}
+	enc := func(m meta) []byte {
+		b, err := m.encode("gb-peer", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	alive := meta{Cluster: c.cfg.ClusterName, RingVersion: ring.AlgorithmVersion, Incarnation: 9}
+	d.NotifyJoin(&memberlist.Node{Name: "gb-peer", Addr: []byte{127, 0, 0, 1}, Port: 1, Meta: enc(alive)})
+	gone := func() bool {
+		c.nodes.mu.Lock()
+		defer c.nodes.mu.Unlock()
+		return c.nodes.nodes["gb-peer"].meta.Gone
+	}
+	other := alive
+	other.Cluster, other.Gone = "another cluster", true
+	d.NotifyMsg(encodeGoodbye("gb-peer", enc(other)))
+	if gone() {
+		t.Fatal("a goodbye naming another cluster was taken")
+	}
+	mine := alive
+	mine.Gone = true
+	d.NotifyMsg(encodeGoodbye("gb-peer", enc(mine)))
+	if !gone() {
+		t.Fatal("the member's own goodbye was not taken")
+	}
 }

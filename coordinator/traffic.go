@@ -21,4 +21,6 @@ type traffic struct {
 	sections        atomic.Uint64 // digest exchange: sections sent (asking and answering; SendReliable)
 	sectionBytes    atomic.Uint64 // their bytes, within streamBytes
 	exchangeDropped atomic.Uint64 // digest exchange sends dropped: queue full or peer unknown
+	asksRefused     atomic.Uint64 // asking sections not answered: not due (exchange.go)
+	unverified      atomic.Uint64 // claims dropped from states and sections: tokens that did not verify
 }
