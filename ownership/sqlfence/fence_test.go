@@ -266,6 +266,27 @@ func lockWaiters(t *testing.T, db *sql.DB, table, event, kind string) int {
 	return n
 }
 
+// gateWaiter waits, for at most 20 s, for a backend waiting for an
+// advisory lock that blocker's backend holds or is ahead of it in the
+// queue for (pg_blocking_pids names both), and returns its pid.
+func gateWaiter(t *testing.T, db *sql.DB, what string, blocker int) int {
+	t.Helper()
+	var pid int
+	testkit.WaitFor(testkit.Ctx(t, 20*time.Second), t, what, func() bool {
+		err := db.QueryRow(`SELECT pid FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND $1 = ANY(pg_blocking_pids(pid))
+			LIMIT 1`, blocker).Scan(&pid)
+		if err == sql.ErrNoRows {
+			return false
+		}
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		return true
+	})
+	return pid
+}
+
 // pollRows polls until query, a count, returns more than zero, for at
 // most 20 s.
 func pollRows(t *testing.T, db *sql.DB, what, query string, args ...any) {
@@ -691,6 +712,90 @@ func TestFenceNotStarvedByConcurrentWriters(t *testing.T) {
 				return err
 			})
 			under(t2c, 16, func() error { _, err := qualified.Fence(ctx, t3); return err })
+		})
+	}
+}
+
+// TestGateIsTheTablesWhateverNamesIt: the partition's gate is the
+// table's, not its name's. A fence made with the schema-qualified name
+// queues at the same advisory lock as writers through the plain name: it
+// waits for the gate, not only for the row, and a writer that comes after
+// it waits behind it and is then refused. Keyed on the name, the fence
+// would wait for the row alone, and writers sharing the row could go on
+// passing it (the starvation TestFenceNotStarvedByConcurrentWriters
+// shows, which only some runs catch).
+func TestGateIsTheTablesWhateverNamesIt(t *testing.T) {
+	b := backends()[1]
+	for _, via := range paths() {
+		t.Run(via.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			f, table := newFenceTable(t, db, b.dialect, sqlfence.Config{Concurrent: true})
+			qualified, err := sqlfence.New(db, b.dialect, sqlfence.Config{Table: "public." + table})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer qualified.Close()
+			kv := newKV(t, db, via)
+			ctx := testkit.Ctx(t, 60*time.Second)
+			t1, t2 := fencetest.Tok(5, 1, "a", 1), fencetest.Tok(5, 2, "b", 2)
+			mustFence(t, f, t1)
+
+			// A writer under t1 holds the gate (shared) and the row.
+			var holder int
+			holding, release := make(chan struct{}), make(chan struct{})
+			first := make(chan error, 1)
+			go func() {
+				first <- via.do(f, ctx, t1, ownership.Exact, func(tx sqlfence.Tx) error {
+					if _, err := tx.ExecContext(ctx, kv.upsert, "k1", "v"); err != nil {
+						return err
+					}
+					if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
+						return err
+					}
+					close(holding)
+					<-release
+					return nil
+				})
+			}()
+			select {
+			case <-holding:
+			case err := <-first:
+				t.Fatalf("the first writer: %v", err)
+			}
+			defer func() {
+				select {
+				case <-release:
+				default:
+					close(release)
+				}
+			}()
+
+			fenced := make(chan error, 1)
+			go func() { _, err := qualified.Fence(ctx, t2); fenced <- err }()
+			fence := gateWaiter(t, db, "the fence by the qualified name waiting for the gate the writer holds", holder)
+
+			second := make(chan error, 1)
+			go func() { second <- kv.put(ctx, f, t1, ownership.Exact, "k2", "v") }()
+			gateWaiter(t, db, "the second writer waiting for the gate behind the fence", fence)
+			select {
+			case err := <-second:
+				t.Fatalf("a writer passed a fence waiting for the gate: %v", err)
+			case err := <-fenced:
+				t.Fatalf("the fence passed a writer holding the gate: %v", err)
+			default:
+			}
+
+			close(release)
+			if err := <-first; err != nil {
+				t.Fatalf("the first writer: %v", err)
+			}
+			if err := <-fenced; err != nil {
+				t.Fatalf("Fence(%v): %v", t2, err)
+			}
+			if err := <-second; !errors.Is(err, ownership.ErrStaleToken) {
+				t.Fatalf("the writer queued behind the fence = %v, want it refused as stale", err)
+			}
 		})
 	}
 }
