@@ -65,6 +65,7 @@ type Coordinator struct {
 
 	inbox    inbox
 	exch     chan exchangeJob // cap exchangeQueue: the digest exchange's sends
+	acks     acks             // members memberlist's probes heard from, for the reach check to vouch for
 	nodes    nodeSet
 	memberCh chan struct{} // cap 1: membership changed
 	inputs   chan input
@@ -120,6 +121,7 @@ type view struct {
 	table       *ring.Table
 	members     map[string]ownership.Member
 	unreachable []string // members the reach check can't ping, sorted
+	unheard     []string // members of the join's list this node has had no word from yet, sorted (reach.Unvouched)
 }
 
 // New validates cfg and returns a coordinator that has not joined anything:
@@ -293,6 +295,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 	c.dlg = d
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge = d, d, d, d
 	mc.Conflict = d
+	mc.Ping = &c.acks
 	mc.Logger = slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)
 	mc.LogOutput = nil
 	tr, err := newTransport(&mc, mc.Logger, &c.traffic)

@@ -98,6 +98,8 @@ type loop struct {
 
 	reach   *reach.Check // the reach check's policy and evidence
 	unreach []string     // the members the current view marks Unreachable
+	unheard []string     // the members of the current view this node has no word from (reach.Unvouched)
+	joined  bool         // the first view was given to the reach check as the join's (reach.Joined)
 	tickAt  time.Time    // when the loop ran the last tick
 	health  func() int   // memberlist's health score; tests set it
 }
@@ -124,7 +126,7 @@ func newLoop(c *Coordinator, m *machine.Machine) *loop {
 		leases:  c.leases,
 		known:   make(map[string]knownMember),
 		leavers: make(map[string]bool),
-		reach:   reach.New(reachConfig(c.cfg), rand.New(rand.NewPCG(c.cfg.Rand.Uint64(), c.cfg.Rand.Uint64()))),
+		reach:   reach.New(reachConfig(c.cfg, c.cfg.Clock.Now()), rand.New(rand.NewPCG(c.cfg.Rand.Uint64(), c.cfg.Rand.Uint64()))),
 		lostAt:  c.cfg.Clock.Now(), // a node starts without a quorum
 	}
 }
@@ -240,9 +242,16 @@ func (l *loop) refreshMembers() {
 	for _, name := range left {
 		delete(l.known, name)
 	}
-	l.unreach = l.unreachable(members)
+	if !l.joined {
+		// The first view is the member list the join took from a seed:
+		// its word, not this node's (see reach.Joined).
+		l.joined = true
+		l.reach.Joined(now, l.reachMembers(members))
+	}
+	l.unreach, l.unheard = l.unreachable(members), l.unvouched(members)
 	for i := range vms {
-		vms[i].Unreachable = slices.Contains(l.unreach, vms[i].Name)
+		// Hearsay counts for no quorum: see reach.Unvouched.
+		vms[i].Unreachable = slices.Contains(l.unreach, vms[i].Name) || slices.Contains(l.unheard, vms[i].Name)
 	}
 	c.metrics.unreachable.Set(float64(len(l.unreach)))
 	for name := range l.leavers {
@@ -253,7 +262,7 @@ func (l *loop) refreshMembers() {
 		}
 	}
 	old := c.Table()
-	v := &view{table: old, members: members, unreachable: l.unreach}
+	v := &view{table: old, members: members, unreachable: l.unreach, unheard: l.unheard}
 	mv := machine.BuildView(vms, left, func(placed []string) machine.Placement {
 		if old != nil && slices.Equal(placed, l.names) {
 			return old
@@ -511,7 +520,7 @@ func (l *loop) quorum(ok bool) {
 		return
 	}
 	l.lostAt = c.cfg.Clock.Now()
-	c.log.Debug("no quorum", "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach)
+	c.log.Debug("no quorum", "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "unheard", l.unheard)
 }
 
 // warnQuorum logs, once per loss, a quorum missing for StepDown (the
@@ -524,7 +533,7 @@ func (l *loop) warnQuorum() {
 	l.warned = true
 	st := l.m.Stable()
 	c.log.Warn("no quorum for StepDown: leases ended; claiming nothing until a quorum of the stable membership is seen",
-		"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "step_down", c.cfg.StepDown)
+		"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "unheard", l.unheard, "step_down", c.cfg.StepDown)
 }
 
 func (l *loop) viewNames() []string {

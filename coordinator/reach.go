@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
 )
@@ -50,6 +52,24 @@ import (
 // because a ping it couldn't wait for is evidence against itself. A Late node that is also cut off has no verdict and keeps
 // memberlist's: it can't promise to end its leases before the majority's
 // Grace (the fence still stops its writes).
+//
+// And, while it starts, it keeps hearsay out of the quorum (issue 11,
+// defect 4, under load): a node that joins takes its seed's member list
+// whole, and a seed on the minority side of a split still lists members
+// its failure detector has not given up on (its own check counts them
+// unreachable; the joiner, with no trouble and no evidence, counted them
+// and claimed). So for reachHold after this node's loop starts, a member
+// of its first view (the list the join took, reach.Joined) counts only
+// once this node has had word from it directly: memberlist's probe of it
+// answered (NotifyPingComplete, collected in acks and vouched for at the
+// next tick) or a ping of the check's did; until then the view marks it
+// Unreachable (reach.Unvouched; the no-quorum log names it as unheard).
+// While a member is unvouched, an untroubled node pings the unvouched
+// ones, reach.SampleSize a round, and blames none. Members that show up
+// later came to the cluster themselves and count at once, and after the
+// window an established node never holds back for hearsay: the first
+// version applied the rule to every new life a node saw, and cost
+// survivors their quorum whenever members restarted.
 
 // reachMisses is the fewest pings in a row a member must miss to be
 // counted unreachable, and the fewest rounds a node-wide verdict needs: a
@@ -76,11 +96,13 @@ func reachHold(c Config) time.Duration { return 2 * c.Grace }
 // after StepDown.
 func lagLimit(c Config) time.Duration { return c.Memberlist.ProbeTimeout / 2 }
 
-// reachConfig is the policy's timing for c.
-func reachConfig(c Config) reach.Config {
+// reachConfig is the policy's timing for c, on a node that started at
+// start (hearsay counts for no quorum until start+reachHold).
+func reachConfig(c Config, start time.Time) reach.Config {
 	return reach.Config{
 		Interval: c.Memberlist.ProbeInterval, Timeout: c.Memberlist.ProbeTimeout,
 		Span: reachSpan(c), Hold: reachHold(c), Misses: reachMisses, LagLimit: lagLimit(c),
+		Start: start,
 	}
 }
 
@@ -123,22 +145,16 @@ func (l *loop) reachMembers(members map[string]ownership.Member) []reach.Member 
 	return out
 }
 
-// maybeReach runs on every tick: it starts a reach check when one is due,
-// and gives the machine a new view when the trouble is over.
+// maybeReach runs on every tick: it vouches for the members memberlist's
+// probes heard from, starts a reach check when one is due, and gives the
+// machine a new view when the trouble is over, a verdict ran out, or a
+// member is vouched for. With no trouble nobody is unreachable, but the
+// runs of misses stay: a member that answers no ping across the gaps
+// between troubles (one that memberlist reaches only by other paths) is
+// not counted out again for each new trouble, only once, for reachHold.
 func (l *loop) maybeReach() {
 	c := l.c
 	if c.cfg.MinQuorum == 1 || c.ml == nil {
-		return
-	}
-	troubled := l.troubled()
-	if !troubled {
-		// Nobody is unreachable now. The runs of misses stay: a member
-		// that answers no ping across the gaps between troubles (one
-		// that memberlist reaches only by other paths) is not counted
-		// out again for each new trouble, only once, for reachHold.
-		if len(l.unreach) > 0 {
-			l.refreshMembers()
-		}
 		return
 	}
 	v := c.view.Load()
@@ -146,11 +162,19 @@ func (l *loop) maybeReach() {
 		return
 	}
 	now := c.cfg.Clock.Now()
-	targets := l.reach.Due(now, troubled, l.reachMembers(v.members))
-	if len(targets) == 0 {
-		if !slices.Equal(l.unreach, l.unreachable(v.members)) {
-			l.refreshMembers() // a verdict ran out (reachHold)
+	members := l.reachMembers(v.members)
+	for _, name := range c.acks.drain() {
+		if i := slices.IndexFunc(members, func(m reach.Member) bool { return m.Name == name }); i >= 0 {
+			l.reach.Vouch(now, members[i])
 		}
+	}
+	if !slices.Equal(l.unreach, l.unreachable(v.members)) || !slices.Equal(l.unheard, l.unvouched(v.members)) {
+		l.refreshMembers()
+		v = c.view.Load()
+		members = l.reachMembers(v.members)
+	}
+	targets := l.reach.Due(now, l.troubled(), members)
+	if len(targets) == 0 {
 		return
 	}
 	c.metrics.reachChecks.Inc()
@@ -191,9 +215,45 @@ func (l *loop) reached(res reachResult, at time.Time) {
 	if !l.reach.Done(at, c.cfg.Clock.Now(), res, l.reachMembers(v.members)) {
 		c.log.Debug("reach check discounted: this node was late", "lag", l.reach.Lag(c.cfg.Clock.Now()))
 	}
-	if !slices.Equal(l.unreach, l.unreachable(v.members)) {
+	if !slices.Equal(l.unreach, l.unreachable(v.members)) || !slices.Equal(l.unheard, l.unvouched(v.members)) {
 		l.refreshMembers()
 	}
+}
+
+// unvouched returns the members this node has had no word from directly,
+// of members, sorted (reach.Unvouched): none when the reach check is off.
+func (l *loop) unvouched(members map[string]ownership.Member) []string {
+	if l.c.cfg.MinQuorum == 1 || l.c.ml == nil {
+		return nil
+	}
+	return l.reach.Unvouched(l.c.cfg.Clock.Now(), l.reachMembers(members))
+}
+
+// acks collects the members whose answer to a probe of memberlist's came
+// (memberlist.PingDelegate), for the loop to vouch for at its next tick.
+type acks struct {
+	mu    sync.Mutex
+	names []string
+}
+
+// AckPayload implements memberlist.PingDelegate: nothing.
+func (a *acks) AckPayload() []byte { return nil }
+
+// NotifyPingComplete implements memberlist.PingDelegate.
+func (a *acks) NotifyPingComplete(n *memberlist.Node, _ time.Duration, _ []byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !slices.Contains(a.names, n.Name) {
+		a.names = append(a.names, n.Name)
+	}
+}
+
+func (a *acks) drain() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := a.names
+	a.names = nil
+	return out
 }
 
 // unreachable returns the members the check counts unreachable now, of

@@ -124,6 +124,95 @@ func TestRestartOnMinoritySideHoldsBack(t *testing.T) {
 	}
 }
 
+// Issue 20 (issue 11's defect 4, as it failed under load): a node that
+// joins takes its seed's member list whole. While it starts, it counts no
+// member it has had no word from directly. Here h3 joins through h2, which
+// reaches everyone, while h3 itself reaches neither h0 nor h1 (h2 relays
+// the indirect probes, so memberlist lists them alive). On h2's word
+// alone, h3 counted 4 of the 4 stable members and had a quorum within a
+// tick of its start. It must hold back through its start window, and
+// count them after it: a node that reaches some members only through
+// others is not shut out for good.
+func TestJoinerCountsNoHearsayWhileStarting(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tc, fn, _ := loggedFaultCluster(t, nil)
+	tc.startNodes(ctx, "h", 3)
+	if err := fn.Partition([]string{"h0", "h1"}, []string{"h3"}); err != nil {
+		t.Fatal(err)
+	}
+	tc.seed = tc.node("h2").c.GossipAddr()
+	h3 := tc.start(ctx, "h3")
+	started := time.Now()
+	// The window is reachHold by the node's clock, from its loop's start,
+	// which was before Start returned: watch half of it, by the wall clock.
+	window := reachHold(h3.c.cfg)
+	sawAll := false
+	for time.Since(started) < window/2 && ctx.Err() == nil {
+		st := h3.c.Status()
+		if st.Quorum {
+			t.Fatalf("h3 counted a quorum %v after its start, on its seed's word for h0 and h1 (stable %v, sees %d members)",
+				time.Since(started).Round(time.Millisecond), st.Stable, len(st.Members))
+		}
+		if st.Owned != 0 {
+			t.Fatalf("h3 holds %d leases while starting", st.Owned)
+		}
+		sawAll = sawAll || len(st.Members) == 4 && slices.Equal(st.Unheard, []string{"h0", "h1"})
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond): // watching that nothing happens
+		}
+	}
+	if !sawAll {
+		t.Fatalf("h3 never listed all four members with h0 and h1 unheard in the first %v (last: %d members, unheard %v)",
+			window/2, len(h3.c.Status().Members), h3.c.Status().Unheard)
+	}
+	testkit.WaitFor(ctx, t, "h3 to count a quorum after its start window (h0 and h1 reach it through h2)", func() bool {
+		st := h3.c.Status()
+		return st.Quorum && len(st.Unheard) == 0
+	})
+}
+
+// Only the list a node took from its seed is hearsay: members that join
+// after it came to the cluster themselves. A founding node that held
+// those back too (until it had pinged them) didn't grow the stable
+// membership at once, and a crash in the cluster's first second left it
+// counting against {n0, n1} for good (TestBroadcastQueueCountsMembers and
+// TestReshapedSplitHasOneQuorum failed so). Here g2 joins through g1 and
+// the founder g0 can't reach it, so g0 never has word from it: g0 must
+// count it anyway, from its start on.
+func TestHearsayIsOnlyTheJoinsList(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tc, fn, _ := loggedFaultCluster(t, nil)
+	if err := fn.Partition([]string{"g0"}, []string{"g2"}); err != nil {
+		t.Fatal(err)
+	}
+	g0 := tc.start(ctx, "g0")
+	started := time.Now()
+	g1 := tc.start(ctx, "g1")
+	tc.seed = g1.c.GossipAddr()
+	tc.start(ctx, "g2")
+	window := reachHold(g0.c.cfg)
+	sawAll := false
+	for time.Since(started) < window/2 && ctx.Err() == nil {
+		st := g0.c.Status()
+		if len(st.Unheard) != 0 {
+			t.Fatalf("the founder g0 holds %v back as hearsay, %v after its start", st.Unheard, time.Since(started).Round(time.Millisecond))
+		}
+		sawAll = sawAll || len(st.Members) == 3
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond): // watching that nothing happens
+		}
+	}
+	if !sawAll {
+		t.Fatalf("g0 never listed all three members in the first %v: the test proves nothing", window/2)
+	}
+}
+
 // Issue 11, defect 5: after a split reshapes, {a,b}|{c,d,e} held past
 // StableAfter and then {a,b,c}|{d,e}, both sides kept a quorum: {a,b,c}
 // counted 3 of the old five, {d,e} 2 of {c,d,e}. Only {d,e} may: c brings

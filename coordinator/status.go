@@ -26,6 +26,11 @@ import (
 //	unreachable       []string members this node's own pings don't reach (three in a row, or
 //	                           all while its pings say it reaches under half its view):
 //	                           they are in its view but don't count for its quorum
+//	unheard           []string members of the list this node took from a seed when it joined
+//	                           that it has had no word from directly yet: for 2 x Grace
+//	                           after its start they don't count for its quorum (a seed on
+//	                           the minority side lists members it no longer reaches); sent
+//	                           whole in every delta
 //	lag_ns            number   the loop's lag: the largest delay, over the reach check's
 //	                           span, between a tick firing and the loop running it (ns)
 //	late              bool     lag_ns (over the span) is above half a ProbeTimeout: this node is too slow
@@ -84,6 +89,7 @@ type Status struct {
 	Quorum          bool              `json:"quorum"`
 	Stable          []string          `json:"stable"`
 	Unreachable     []string          `json:"unreachable"`
+	Unheard         []string          `json:"unheard"`
 	Lag             time.Duration     `json:"lag_ns"`
 	Late            bool              `json:"late"`
 	Leaving         bool              `json:"leaving"`
@@ -144,12 +150,14 @@ func (c *Coordinator) Status() Status {
 		Quorum:          c.quorumOK.Load(),
 		Stable:          append([]string{}, c.stable.Load().Members...),
 		Unreachable:     []string{},
+		Unheard:         []string{},
 		Lag:             time.Duration(c.lag.Load()),
 	}
 	s.Late = s.Lag > lagLimit(c.cfg)
 	v := c.view.Load()
 	if v != nil {
 		s.Unreachable = append(s.Unreachable, v.unreachable...)
+		s.Unheard = append(s.Unheard, v.unheard...)
 	}
 	if v == nil {
 		s.Timeline = c.timeline.snapshot(c.reg)

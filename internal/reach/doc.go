@@ -37,4 +37,22 @@
 // read) does not count, since a ping it could not wait for properly is
 // evidence against itself, not against the member. A node late for a whole
 // Span therefore has no verdict: it keeps memberlist's.
+//
+// Hearsay, while a node starts: a node that joins takes its seed's member
+// list whole, and on the minority side of a split the seed still lists
+// members it can no longer reach (its failure detector has not given up on
+// them yet; its own check counts them unreachable, but that verdict is its
+// own). So from Start until Start+Hold, a member of that list (Joined)
+// counts for this node's quorum only once this node has had word from its
+// life directly (Vouch: an answer to memberlist's probe or to the check's
+// ping); until then it is Unvouched. Members that show up later came to
+// the cluster themselves and count at once. After Start+Hold the node's
+// own failure detector has had its say on every member it lists (one
+// really gone is dropped, one that answers only by other paths, such as
+// TCP, counts), and hearsay is over for good: an established node never
+// holds back for it (the first version of this rule applied to every new
+// life a node saw, and cost established nodes their quorum when members
+// restarted). While some member is unvouched a round is due even without
+// trouble: it pings only unvouched members (SampleSize at most), and its
+// answers only vouch (its misses are no evidence).
 package reach

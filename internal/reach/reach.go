@@ -22,6 +22,12 @@ type Config struct {
 	Misses int
 	// LagLimit is the loop lag above which the node is late.
 	LagLimit time.Duration
+	// Start is when this node started. Until Start+Hold, a member of the
+	// list it took when it joined (Joined) counts only once this node has
+	// had word from it directly (Unvouched); after that, the node's own
+	// failure detector has had its say on every member, and the check keeps
+	// no word. Zero: no such window.
+	Start time.Time
 	// PingAll pings every member each round, and IgnoreLag pings and
 	// counts rounds whatever the node's own lag: together, the first
 	// version's reach storm. For negative controls only.
@@ -58,6 +64,9 @@ type Check struct {
 	rounds   []round   // counted rounds, within Span and an Interval
 	cutSince time.Time // the first round of a node-wide verdict that holds; zero: none
 	pings    uint64
+
+	hearsay  map[string]uint64 // within the start window: the lives Joined listed that this node has had no word from yet
+	vouching bool              // the round in flight only seeks word from unvouched members
 }
 
 // run is what one member's pings showed.
@@ -82,7 +91,72 @@ type round struct {
 // New returns a check with no evidence. rnd breaks ties between members
 // pinged equally long ago.
 func New(cfg Config, rnd *rand.Rand) *Check {
-	return &Check{cfg: cfg, rnd: rnd, runs: make(map[string]*run)}
+	return &Check{cfg: cfg, rnd: rnd, runs: make(map[string]*run), hearsay: make(map[string]uint64)}
+}
+
+// starting reports whether now is within the start window, Start+Hold.
+// Past it, the check forgets the hearsay.
+func (c *Check) starting(now time.Time) bool {
+	if c.cfg.Start.IsZero() || now.Sub(c.cfg.Start) >= c.cfg.Hold {
+		clear(c.hearsay)
+		return false
+	}
+	return true
+}
+
+// Joined records, at now, the members of this node's first view (itself
+// left out): the member list it took from its seed when it joined, which
+// is the seed's word, not its own. Within the start window, these lives
+// are hearsay until they answer (Vouch). Members that show up later came
+// to the cluster themselves (a joiner's own push/pull, its alive message)
+// and count as memberlist lists them: holding those back too kept a
+// founding node from growing the stable membership at once, and a crash
+// in a cluster's first seconds then cost it its quorum for good. Call it
+// once.
+func (c *Check) Joined(now time.Time, members []Member) {
+	if c.starting(now) {
+		for _, m := range members {
+			c.hearsay[m.Name] = m.Incarnation
+		}
+	}
+}
+
+// Vouch records, at now, direct word from member m's life: it answered a
+// ping of this node's (memberlist's probe or the check's).
+func (c *Check) Vouch(now time.Time, m Member) {
+	if c.starting(now) && c.hearsay[m.Name] == m.Incarnation {
+		delete(c.hearsay, m.Name)
+	}
+}
+
+// Unvouched returns the members of the view that are hearsay (see Joined)
+// in their current life, sorted, while this node is within Start+Hold (by
+// then its own failure detector has dropped a member that is really gone,
+// and one it still lists reaches it by other paths): they count for no
+// quorum (see the package doc). A new life of a member is its own word,
+// not hearsay.
+func (c *Check) Unvouched(now time.Time, members []Member) []string {
+	var out []string
+	for _, m := range c.unvouched(now, members) {
+		out = append(out, m.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// unvouched returns the members, of members, that count as unvouched at
+// now.
+func (c *Check) unvouched(now time.Time, members []Member) []Member {
+	if !c.starting(now) {
+		return nil
+	}
+	var out []Member
+	for _, m := range members {
+		if inc, ok := c.hearsay[m.Name]; ok && inc == m.Incarnation {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // TickLag is how late a tick ran: the larger of how long after it fired
@@ -132,27 +206,32 @@ func (c *Check) LateThisInterval(now time.Time) bool {
 func (c *Check) Pings() uint64 { return c.pings }
 
 // Due returns the members to ping now, or nil: a round is due every
-// Interval while troubled, one at a time, never while late. The caller
-// pings them and calls Done with the answers.
+// Interval while troubled, or while some member is unvouched (then it
+// pings only those, and its answers only vouch), one at a time, never
+// while late. The caller pings them and calls Done with the answers.
 func (c *Check) Due(now time.Time, troubled bool, members []Member) []Member {
-	if !troubled || c.inflight || len(members) == 0 || !c.started.IsZero() && now.Sub(c.started) < c.cfg.Interval {
+	pool := members
+	if !troubled {
+		pool = c.unvouched(now, members)
+	}
+	if c.inflight || len(pool) == 0 || !c.started.IsZero() && now.Sub(c.started) < c.cfg.Interval {
 		return nil
 	}
 	if !c.cfg.IgnoreLag && c.LateThisInterval(now) {
 		return nil
 	}
-	k := SampleSize(len(members) + 1)
+	k := min(len(pool), SampleSize(len(members)+1))
 	if c.cfg.PingAll {
-		k = len(members)
+		k = len(pool)
 	}
-	order := slices.Clone(members)
+	order := slices.Clone(pool)
 	c.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	slices.SortStableFunc(order, func(a, b Member) int { return c.lastPinged(a).Compare(c.lastPinged(b)) })
 	order = order[:k]
 	for _, m := range order {
 		c.runOf(m).pinged = now
 	}
-	c.inflight, c.started = true, now
+	c.inflight, c.started, c.vouching = true, now, !troubled
 	c.pings += uint64(k)
 	return order
 }
@@ -185,6 +264,17 @@ func (c *Check) runOf(m Member) *run {
 func (c *Check) Done(start, now time.Time, answers map[string]bool, members []Member) bool {
 	c.inflight = false
 	c.forget(members)
+	for _, m := range members {
+		if answers[m.Name] {
+			c.Vouch(now, m) // an answer is word from m, however late it was read
+		}
+	}
+	if c.vouching {
+		// A round run only to vouch (no trouble): its misses and lateness
+		// are no evidence, as no round is while untroubled.
+		c.vouching = false
+		return true
+	}
 	if d := now.Sub(start) - c.cfg.Timeout; d > 0 {
 		c.lags = append(c.lags, lagSample{now, d})
 	}

@@ -241,3 +241,135 @@ func TestLateReadsMakeTheNodeLate(t *testing.T) {
 		t.Fatal("a round read in time was discounted or made the node late")
 	}
 }
+
+// Issue 11, defect 4, under load: a node restarted on the minority side
+// joined a seed whose member list still showed a member cut off by the
+// split (the seed's own check counted it unreachable, its failure detector
+// had not given up yet). The joiner took that list, had no trouble and no
+// evidence of its own, and counted the cut-off member for its quorum.
+// While it starts (Start to Start+Hold), a member of the list it joined
+// with counts only once this node has had word from it directly: until it
+// answers, it is Unvouched, and an untroubled node pings the unvouched
+// ones (only those, SampleSize at most a round) without blaming any.
+func TestHearsayIsUnvouchedWhileStarting(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cfg := local
+	cfg.Start = t0
+	c := New(cfg, rand.New(rand.NewPCG(1, 2)))
+	// The joiner's view: its seed m3 and m0, which only m3's list shows.
+	members := []Member{{Name: "m0", Incarnation: 1}, {Name: "m3", Incarnation: 1}}
+	c.Joined(t0, members)
+	if got := c.Unvouched(t0, members); !slices.Equal(got, []string{"m0", "m3"}) {
+		t.Fatalf("a new node's view: unvouched %v, want both", got)
+	}
+	c.Vouch(t0, Member{Name: "m3", Incarnation: 1}) // memberlist's probe of m3 answered
+	for at := time.Duration(0); at <= 2*local.Span; at += local.Interval {
+		now := t0.Add(at)
+		c.Lagged(now, 0)
+		due := c.Due(now, false, members)
+		if len(due) != 1 || due[0].Name != "m0" {
+			t.Fatalf("untroubled round at %v pings %v, want only m0 (the unvouched member)", at, due)
+		}
+		c.Done(now, now.Add(local.Timeout), map[string]bool{"m0": false}, members)
+		if got := c.Unvouched(now, members); !slices.Equal(got, []string{"m0"}) {
+			t.Fatalf("at %v: unvouched %v, want m0: no answer, no word", at, got)
+		}
+		if got := c.Unreachable(now, false, members); got != nil {
+			t.Fatalf("at %v, untroubled: unreachable %v, want none (vouching rounds blame nobody)", at, got)
+		}
+	}
+	// Trouble begins: the vouching rounds' misses are no evidence.
+	if got := c.Unreachable(t0.Add(2*local.Span), true, members); got != nil {
+		t.Fatalf("troubled after vouching rounds m0 missed: unreachable %v, want none yet", got)
+	}
+	// A member that shows up after the join, or a new life of one of the
+	// list, came to the cluster itself: not hearsay. Out of the view for
+	// a moment and back, in the same life, m0 is still hearsay.
+	now := t0.Add(3 * local.Span)
+	grown := append(slices.Clone(members), Member{Name: "m5", Incarnation: 1})
+	if got := c.Unvouched(now, grown); !slices.Equal(got, []string{"m0"}) {
+		t.Fatalf("m5 joined after this node: unvouched %v, want only m0", got)
+	}
+	if got := c.Unvouched(now, members[1:]); got != nil {
+		t.Fatalf("m0 out of the view: unvouched %v, want none", got)
+	}
+	if got := c.Unvouched(now, []Member{{Name: "m0", Incarnation: 2}, members[1]}); got != nil {
+		t.Fatalf("m0 restarted: unvouched %v, want none", got)
+	}
+	if got := c.Unvouched(now, members); !slices.Equal(got, []string{"m0"}) {
+		t.Fatalf("m0 back in the same life: unvouched %v, want m0", got)
+	}
+	// Hearsay counts once the start window ends (memberlist would have
+	// dropped a member really gone): one that answers only by other paths
+	// isn't shut out, and the check keeps nothing of it after.
+	if got := c.Unvouched(t0.Add(local.Hold-time.Millisecond), members); !slices.Equal(got, []string{"m0"}) {
+		t.Fatalf("just before Start+Hold: unvouched %v, want m0", got)
+	}
+	if got := c.Unvouched(t0.Add(local.Hold), members); got != nil {
+		t.Fatalf("at Start+Hold: unvouched %v, want none", got)
+	}
+	if len(c.hearsay) != 0 {
+		t.Fatalf("after the start window the check keeps hearsay of %v", c.hearsay)
+	}
+	later := t0.Add(local.Hold + local.Interval)
+	if due := c.Due(later, false, members); due != nil {
+		t.Fatalf("after the start window, untroubled: pings %v, want none", due)
+	}
+}
+
+// Without a Start there is no start window, and a founding node (nothing
+// Joined) has nothing to vouch for: nothing is hearsay, and an untroubled
+// node pings nobody.
+func TestNoHearsayWithoutAStartOrAJoin(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	members := view(5)
+	c := New(local, rand.New(rand.NewPCG(1, 2)))
+	c.Joined(t0, members)
+	if got := c.Unvouched(t0, members); got != nil {
+		t.Fatalf("no Start: unvouched %v, want none", got)
+	}
+	if due := c.Due(t0, false, members); due != nil {
+		t.Fatalf("no Start, untroubled: pings %v, want none", due)
+	}
+	cfg := local
+	cfg.Start = t0
+	founder := New(cfg, rand.New(rand.NewPCG(1, 2)))
+	founder.Joined(t0, nil)
+	if got := founder.Unvouched(t0.Add(local.Interval), members); got != nil {
+		t.Fatalf("a founder, members joined it: unvouched %v, want none", got)
+	}
+	if due := founder.Due(t0.Add(local.Interval), false, members); due != nil {
+		t.Fatalf("a founder, untroubled: pings %v, want none", due)
+	}
+}
+
+// Vouching pings are SampleSize a round: a node that joins a 50-member view
+// has word from all of them after about (n-1)/SampleSize(n) rounds, and
+// pings nobody after that.
+func TestVouchingIsBounded(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cfg := local
+	cfg.Start = t0
+	c := New(cfg, rand.New(rand.NewPCG(3, 4)))
+	members := view(50)
+	c.Joined(t0, members)
+	rounds := 0
+	for at := time.Duration(0); len(c.Unvouched(t0.Add(at), members)) > 0; at += local.Interval {
+		now := t0.Add(at)
+		due := c.Due(now, false, members)
+		if len(due) > SampleSize(50) {
+			t.Fatalf("round %d pings %d, want at most %d", rounds, len(due), SampleSize(50))
+		}
+		res := map[string]bool{}
+		for _, m := range due {
+			res[m.Name] = true
+		}
+		c.Done(now, now.Add(local.Timeout), res, members)
+		if rounds++; rounds > 9 {
+			t.Fatalf("after %d rounds still unvouched: %v", rounds, c.Unvouched(now, members))
+		}
+	}
+	if due := c.Due(t0.Add(local.Hold/2), false, members); due != nil {
+		t.Fatalf("all vouched: pings %v", due)
+	}
+}
