@@ -344,6 +344,11 @@ func (c *Coordinator) start(ctx context.Context) error {
 		return err
 	}
 	l := newLoop(c, m)
+	if len(c.cfg.Seeds) > 0 {
+		// What the join took from the seeds is their word, not this
+		// node's: hearsay while it starts (see reach.Joined).
+		l.reach.Joined(c.cfg.Clock.Now(), c.joinedWith())
+	}
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
 	if c.state == lifeClosed {

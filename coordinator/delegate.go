@@ -374,10 +374,23 @@ func (s *nodeSet) del(name string) {
 func (s *nodeSet) snapshot() (live []nodeEntry, left []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	live = make([]nodeEntry, 0, len(s.nodes))
-	for _, e := range s.nodes {
-		live = append(live, e)
-	}
+	live = s.liveLocked()
 	left, s.left = s.left, nil
 	return live, left
 }
+
+// live returns the live entries, leaving the left names for snapshot.
+func (s *nodeSet) live() []nodeEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.liveLocked()
+}
+
+func (s *nodeSet) liveLocked() []nodeEntry {
+	live := make([]nodeEntry, 0, len(s.nodes))
+	for _, e := range s.nodes {
+		live = append(live, e)
+	}
+	return live
+}
+

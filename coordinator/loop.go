@@ -99,7 +99,6 @@ type loop struct {
 	reach   *reach.Check // the reach check's policy and evidence
 	unreach []string     // the members the current view marks Unreachable
 	unheard []string     // the members of the current view this node has no word from (reach.Unvouched)
-	joined  bool         // the first view was given to the reach check as the join's (reach.Joined)
 	tickAt  time.Time    // when the loop ran the last tick
 	health  func() int   // memberlist's health score; tests set it
 }
@@ -241,12 +240,6 @@ func (l *loop) refreshMembers() {
 	}
 	for _, name := range left {
 		delete(l.known, name)
-	}
-	if !l.joined {
-		// The first view is the member list the join took from a seed:
-		// its word, not this node's (see reach.Joined).
-		l.joined = true
-		l.reach.Joined(now, l.reachMembers(members))
 	}
 	l.unreach, l.unheard = l.unreachable(members), l.unvouched(members)
 	for i := range vms {

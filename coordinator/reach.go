@@ -59,7 +59,7 @@ import (
 // its failure detector has not given up on (its own check counts them
 // unreachable; the joiner, with no trouble and no evidence, counted them
 // and claimed). So for reachHold after this node's loop starts, a member
-// of its first view (the list the join took, reach.Joined) counts only
+// of the list its join took (joinedWith, reach.Joined) counts only
 // once this node has had word from it directly: memberlist's probe of it
 // answered (NotifyPingComplete, collected in acks and vouched for at the
 // next tick) or a ping of the check's did; until then the view marks it
@@ -104,6 +104,19 @@ func reachConfig(c Config, start time.Time) reach.Config {
 		Span: reachSpan(c), Hold: reachHold(c), Misses: reachMisses, LagLimit: lagLimit(c),
 		Start: start,
 	}
+}
+
+// joinedWith returns the members known now but this node: right after
+// the join, the member lists the seeds gave it (and any member that joined
+// this node meanwhile, which a ping then vouches for at once).
+func (c *Coordinator) joinedWith() []reach.Member {
+	var out []reach.Member
+	for _, e := range c.nodes.live() {
+		if e.err == nil && e.member.Name != c.cfg.Name {
+			out = append(out, reach.Member{Name: e.member.Name, Incarnation: e.member.Incarnation})
+		}
+	}
+	return out
 }
 
 // reachResult is one check's answers: member name to whether it acked.

@@ -152,8 +152,8 @@ func TestJoinerCountsNoHearsayWhileStarting(t *testing.T) {
 	for time.Since(started) < window/2 && ctx.Err() == nil {
 		st := h3.c.Status()
 		if st.Quorum {
-			t.Fatalf("h3 counted a quorum %v after its start, on its seed's word for h0 and h1 (stable %v, sees %d members)",
-				time.Since(started).Round(time.Millisecond), st.Stable, len(st.Members))
+			t.Fatalf("h3 counted a quorum %v after its start, on its seed's word for h0 and h1 (stable %v, sees %d members, unheard %v, unreachable %v)",
+				time.Since(started).Round(time.Millisecond), st.Stable, len(st.Members), st.Unheard, st.Unreachable)
 		}
 		if st.Owned != 0 {
 			t.Fatalf("h3 holds %d leases while starting", st.Owned)

@@ -104,9 +104,9 @@ func (c *Check) starting(now time.Time) bool {
 	return true
 }
 
-// Joined records, at now, the members of this node's first view (itself
-// left out): the member list it took from its seed when it joined, which
-// is the seed's word, not its own. Within the start window, these lives
+// Joined records, at now, the members this node knew right after it
+// joined (itself left out): the member list it took from its seeds, which
+// is their word, not its own. Within the start window, these lives
 // are hearsay until they answer (Vouch). Members that show up later came
 // to the cluster themselves (a joiner's own push/pull, its alive message)
 // and count as memberlist lists them: holding those back too kept a
