@@ -295,7 +295,9 @@ func (c *Coordinator) start(ctx context.Context) error {
 	c.dlg = d
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge = d, d, d, d
 	mc.Conflict = d
-	mc.Ping = &c.acks
+	if c.cfg.MinQuorum != 1 {
+		mc.Ping = &c.acks // word from members while this node starts (reach.go)
+	}
 	mc.Logger = slog.NewLogLogger(c.log.Handler(), slog.LevelDebug)
 	mc.LogOutput = nil
 	tr, err := newTransport(&mc, mc.Logger, &c.traffic)

@@ -393,4 +393,3 @@ func (s *nodeSet) liveLocked() []nodeEntry {
 	}
 	return live
 }
-

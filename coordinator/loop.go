@@ -241,6 +241,11 @@ func (l *loop) refreshMembers() {
 	for _, name := range left {
 		delete(l.known, name)
 	}
+	for _, vm := range vms {
+		if vm.Name != c.cfg.Name {
+			l.reach.Heard(now, reach.Member{Name: vm.Name, Incarnation: vm.Incarnation}, vm.Stable == (quorum.StableID{}))
+		}
+	}
 	l.unreach, l.unheard = l.unreachable(members), l.unvouched(members)
 	for i := range vms {
 		// Hearsay counts for no quorum: see reach.Unvouched.

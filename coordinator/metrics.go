@@ -35,7 +35,7 @@ func newMetrics() *metrics {
 		gossipDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "tenure", Name: "gossip_dropped_total", Help: "Gossip messages and claims refused: malformed, from another cluster, unauthenticated, or with an implausible epoch."}),
 		reachChecks: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "tenure", Name: "reach_checks_total", Help: "Reach checks: rounds of direct pings while memberlist reported trouble (a health score above zero)."}),
+			Namespace: "tenure", Name: "reach_checks_total", Help: "Reach checks: rounds of direct pings while memberlist reported trouble (a health score above zero), or, while the node starts, to members of the list its join took that it has had no word from."}),
 		reachPings: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "tenure", Name: "reach_pings_total", Help: "Direct pings the reach checks sent: at most max(4, ceil(log2 members)) a round, none while the node is late."}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{

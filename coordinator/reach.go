@@ -34,8 +34,8 @@ import (
 // the pings late, members marked unreachable, quorum lost, partitions
 // moving; the cluster never converged).
 //
-// The check decides nothing once the health score is back to zero
-// (memberlist's probes, indirect and over TCP, got through again, and its
+// Apart from hearsay while a node starts (below), the check decides
+// nothing once the health score is back to zero (memberlist's probes, indirect and over TCP, got through again, and its
 // member list is the truth), nor after reachHold: by then memberlist has
 // dropped a member that is really gone, and one it still lists answers its
 // probes by other paths. That is what keeps a node with partial
@@ -175,8 +175,16 @@ func (l *loop) maybeReach() {
 		return
 	}
 	now := c.cfg.Clock.Now()
+	if !l.reach.Starting(now) {
+		c.acks.stop() // no hearsay left to vouch for
+	}
+	acked := c.acks.drain()
+	troubled := l.troubled()
+	if !troubled && len(acked) == 0 && len(l.unreach) == 0 && len(l.unheard) == 0 {
+		return // nothing to check, vouch for or clear
+	}
 	members := l.reachMembers(v.members)
-	for _, name := range c.acks.drain() {
+	for _, name := range acked {
 		if i := slices.IndexFunc(members, func(m reach.Member) bool { return m.Name == name }); i >= 0 {
 			l.reach.Vouch(now, members[i])
 		}
@@ -186,7 +194,7 @@ func (l *loop) maybeReach() {
 		v = c.view.Load()
 		members = l.reachMembers(v.members)
 	}
-	targets := l.reach.Due(now, l.troubled(), members)
+	targets := l.reach.Due(now, troubled, members)
 	if len(targets) == 0 {
 		return
 	}
@@ -245,8 +253,9 @@ func (l *loop) unvouched(members map[string]ownership.Member) []string {
 // acks collects the members whose answer to a probe of memberlist's came
 // (memberlist.PingDelegate), for the loop to vouch for at its next tick.
 type acks struct {
-	mu    sync.Mutex
-	names []string
+	mu      sync.Mutex
+	names   []string
+	stopped bool // the start window is over: nothing to vouch for
 }
 
 // AckPayload implements memberlist.PingDelegate: nothing.
@@ -256,9 +265,16 @@ func (a *acks) AckPayload() []byte { return nil }
 func (a *acks) NotifyPingComplete(n *memberlist.Node, _ time.Duration, _ []byte) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !slices.Contains(a.names, n.Name) {
+	if !a.stopped && !slices.Contains(a.names, n.Name) {
 		a.names = append(a.names, n.Name)
 	}
+}
+
+// stop ends the collection: later acks are not kept.
+func (a *acks) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopped, a.names = true, nil
 }
 
 func (a *acks) drain() []string {

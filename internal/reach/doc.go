@@ -12,7 +12,8 @@
 // leases, after the majority claimed its partitions.
 //
 // The policy, per round (one every Interval, only while the caller reports
-// trouble, and never while the node itself is late):
+// trouble or, while the node starts, some member is unvouched (Hearsay,
+// below), and never while the node itself is late):
 //
 //   - it pings SampleSize(n) members of an n-member view, those pinged
 //     least recently first, ties broken at random: O(log n) pings per

@@ -65,7 +65,8 @@ type Check struct {
 	cutSince time.Time // the first round of a node-wide verdict that holds; zero: none
 	pings    uint64
 
-	hearsay  map[string]uint64 // within the start window: the lives Joined listed that this node has had no word from yet
+	hearsay  map[string]uint64 // within the start window: the lives Joined or Heard listed that this node has had no word from yet
+	seen     map[string]uint64 // within the start window: the lives Joined or Heard showed
 	vouching bool              // the round in flight only seeks word from unvouched members
 }
 
@@ -91,14 +92,17 @@ type round struct {
 // New returns a check with no evidence. rnd breaks ties between members
 // pinged equally long ago.
 func New(cfg Config, rnd *rand.Rand) *Check {
-	return &Check{cfg: cfg, rnd: rnd, runs: make(map[string]*run), hearsay: make(map[string]uint64)}
+	return &Check{cfg: cfg, rnd: rnd, runs: make(map[string]*run), hearsay: make(map[string]uint64), seen: make(map[string]uint64)}
 }
 
-// starting reports whether now is within the start window, Start+Hold.
+// Starting reports whether now is within the start window, Start+Hold.
 // Past it, the check forgets the hearsay.
+func (c *Check) Starting(now time.Time) bool { return c.starting(now) }
+
 func (c *Check) starting(now time.Time) bool {
 	if c.cfg.Start.IsZero() || now.Sub(c.cfg.Start) >= c.cfg.Hold {
 		clear(c.hearsay)
+		clear(c.seen)
 		return false
 	}
 	return true
@@ -106,18 +110,38 @@ func (c *Check) starting(now time.Time) bool {
 
 // Joined records, at now, the members this node knew right after it
 // joined (itself left out): the member list it took from its seeds, which
-// is their word, not its own. Within the start window, these lives
-// are hearsay until they answer (Vouch). Members that show up later came
-// to the cluster themselves (a joiner's own push/pull, its alive message)
-// and count as memberlist lists them: holding those back too kept a
-// founding node from growing the stable membership at once, and a crash
-// in a cluster's first seconds then cost it its quorum for good. Call it
-// once.
+// is their word, not its own. Within the start window, these lives are
+// hearsay until they answer (Vouch). Call it once, on a node that joined
+// (a founding node has no hearsay).
 func (c *Check) Joined(now time.Time, members []Member) {
 	if c.starting(now) {
 		for _, m := range members {
 			c.hearsay[m.Name] = m.Incarnation
+			c.seen[m.Name] = m.Incarnation
 		}
+	}
+}
+
+// Heard records, at now, a life this node's view shows, fresh if it is a
+// new process (it shows no stable membership yet). Within the start window
+// of a node that joined, a life first seen after the join is hearsay too
+// unless it is fresh: a seed that already suspected a cut-off member when
+// this node joined left it out of the list (memberlist ignores a suspect
+// it has never heard of), and a later push/pull with another node on the
+// same side brings it in as alive. A fresh process came to the cluster
+// itself, and counts at once: holding those back kept a founding node
+// from growing the stable membership at once, and a crash in a cluster's
+// first seconds then cost it its quorum for good.
+func (c *Check) Heard(now time.Time, m Member, fresh bool) {
+	if len(c.seen) == 0 || !c.starting(now) {
+		return // no join, or the window is over
+	}
+	if inc, ok := c.seen[m.Name]; ok && inc == m.Incarnation {
+		return
+	}
+	c.seen[m.Name] = m.Incarnation
+	if !fresh {
+		c.hearsay[m.Name] = m.Incarnation
 	}
 }
 

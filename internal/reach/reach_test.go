@@ -317,6 +317,43 @@ func TestHearsayIsUnvouchedWhileStarting(t *testing.T) {
 	}
 }
 
+// A life first seen after the join is hearsay too unless it is a fresh
+// process: a seed that already suspected a cut-off member left it out of
+// the list the join took, and a push/pull with another node on the same
+// side brings it in later, as alive. A fresh process, a life vouched for,
+// and anything a founding node sees are not hearsay.
+func TestLaterLivesAreHearsayUnlessFresh(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cfg := local
+	cfg.Start = t0
+	c := New(cfg, rand.New(rand.NewPCG(1, 2)))
+	seed, cut, fresh := Member{Name: "m3", Incarnation: 1}, Member{Name: "m0", Incarnation: 1}, Member{Name: "m5", Incarnation: 1}
+	c.Joined(t0, []Member{seed})
+	c.Vouch(t0, seed)
+	now := t0.Add(local.Interval)
+	c.Heard(now, seed, false) // seen at the join: not again
+	c.Heard(now, cut, false)  // shows a stable membership: it was a member before
+	c.Heard(now, fresh, true) // a new process
+	members := []Member{cut, seed, fresh}
+	if got := c.Unvouched(now, members); !slices.Equal(got, []string{"m0"}) {
+		t.Fatalf("unvouched %v, want only m0 (seen after the join, not fresh)", got)
+	}
+	c.Vouch(now, cut)
+	c.Heard(now.Add(local.Interval), cut, false) // seen again, same life: stays vouched
+	if got := c.Unvouched(now.Add(local.Interval), members); got != nil {
+		t.Fatalf("after m0 answered: unvouched %v, want none", got)
+	}
+	founder := New(cfg, rand.New(rand.NewPCG(1, 2)))
+	founder.Heard(now, cut, false)
+	if got := founder.Unvouched(now, members); got != nil {
+		t.Fatalf("a founding node: unvouched %v, want none", got)
+	}
+	c.Heard(t0.Add(local.Hold), Member{Name: "m7", Incarnation: 1}, false)
+	if got := c.Unvouched(t0.Add(local.Hold), append(members, Member{Name: "m7", Incarnation: 1})); got != nil {
+		t.Fatalf("after the start window: unvouched %v, want none", got)
+	}
+}
+
 // Without a Start there is no start window, and a founding node (nothing
 // Joined) has nothing to vouch for: nothing is hearsay, and an untroubled
 // node pings nobody.
