@@ -346,9 +346,10 @@ func (c *Coordinator) start(ctx context.Context) error {
 		return err
 	}
 	l := newLoop(c, m)
-	if len(c.cfg.Seeds) > 0 {
+	if len(c.cfg.Seeds) > 0 && c.cfg.MinQuorum != 1 {
 		// What the join took from the seeds is their word, not this
-		// node's: hearsay while it starts (see reach.Joined).
+		// node's: hearsay while it starts (see reach.Joined). With no
+		// quorum to count there is none.
 		l.reach.Joined(c.cfg.Clock.Now(), c.joinedWith())
 	}
 	c.lifeMu.Lock()

@@ -246,7 +246,7 @@ func (l *loop) refreshMembers() {
 			l.reach.Heard(now, reach.Member{Name: vm.Name, Incarnation: vm.Incarnation}, vm.Stable == (quorum.StableID{}))
 		}
 	}
-	l.unreach, l.unheard = l.unreachable(members), l.unvouched(members)
+	l.unreach, l.unheard = l.verdicts(l.reachMembers(members))
 	for i := range vms {
 		// Hearsay counts for no quorum: see reach.Unvouched.
 		vms[i].Unreachable = slices.Contains(l.unreach, vms[i].Name) || slices.Contains(l.unheard, vms[i].Name)

@@ -189,7 +189,7 @@ func (l *loop) maybeReach() {
 			l.reach.Vouch(now, members[i])
 		}
 	}
-	if !slices.Equal(l.unreach, l.unreachable(v.members)) || !slices.Equal(l.unheard, l.unvouched(v.members)) {
+	if l.verdictsChanged(members) {
 		l.refreshMembers()
 		v = c.view.Load()
 		members = l.reachMembers(v.members)
@@ -233,21 +233,29 @@ func (l *loop) reached(res reachResult, at time.Time) {
 	if v == nil {
 		return
 	}
-	if !l.reach.Done(at, c.cfg.Clock.Now(), res, l.reachMembers(v.members)) {
+	members := l.reachMembers(v.members)
+	if !l.reach.Done(at, c.cfg.Clock.Now(), res, members) {
 		c.log.Debug("reach check discounted: this node was late", "lag", l.reach.Lag(c.cfg.Clock.Now()))
 	}
-	if !slices.Equal(l.unreach, l.unreachable(v.members)) || !slices.Equal(l.unheard, l.unvouched(v.members)) {
+	if l.verdictsChanged(members) {
 		l.refreshMembers()
 	}
 }
 
-// unvouched returns the members this node has had no word from directly,
-// of members, sorted (reach.Unvouched): none when the reach check is off.
-func (l *loop) unvouched(members map[string]ownership.Member) []string {
-	if l.c.cfg.MinQuorum == 1 || l.c.ml == nil {
-		return nil
-	}
-	return l.reach.Unvouched(l.c.cfg.Clock.Now(), l.reachMembers(members))
+// verdicts returns the members the check counts out of the quorum now, of
+// members (reachMembers), each sorted: unreachable (read with the health
+// score: with none, nobody is) and unheard (hearsay while this node
+// starts, reach.Unvouched).
+func (l *loop) verdicts(members []reach.Member) (unreach, unheard []string) {
+	now := l.c.cfg.Clock.Now()
+	return l.reach.Unreachable(now, l.troubled(), members), l.reach.Unvouched(now, members)
+}
+
+// verdictsChanged reports whether the verdicts differ from those the
+// current view was built with.
+func (l *loop) verdictsChanged(members []reach.Member) bool {
+	unreach, unheard := l.verdicts(members)
+	return !slices.Equal(l.unreach, unreach) || !slices.Equal(l.unheard, unheard)
 }
 
 // acks collects the members whose answer to a probe of memberlist's came
@@ -283,13 +291,6 @@ func (a *acks) drain() []string {
 	out := a.names
 	a.names = nil
 	return out
-}
-
-// unreachable returns the members the check counts unreachable now, of
-// members, sorted. It reads the health score: with none, nobody is
-// unreachable.
-func (l *loop) unreachable(members map[string]ownership.Member) []string {
-	return l.reach.Unreachable(l.c.cfg.Clock.Now(), l.troubled(), l.reachMembers(members))
 }
 
 // troubled reports whether memberlist's health score is above zero: its

@@ -196,7 +196,7 @@ func TestReachRule(t *testing.T) {
 		{span + hold, 3, nil}, // held long enough: counted again
 	} {
 		clk.now, health = start.Add(c.after), c.health
-		if got := l.unreachable(members); !slices.Equal(got, c.want) {
+		if got, _ := l.verdicts(l.reachMembers(members)); !slices.Equal(got, c.want) {
 			t.Errorf("%v after the first miss, health %d: unreachable %v, want %v", c.after, c.health, got, c.want)
 		}
 	}
