@@ -77,7 +77,7 @@ type testCluster struct {
 	// logs keeps the cluster's recent Info and higher records; a failed
 	// test prints them with the machine's load, so a reader can tell an
 	// overloaded machine from a defect.
-	logs *recentLogs
+	logs *testkit.RecentLogs
 }
 
 func newTestCluster(t *testing.T, tweak func(*Config)) *testCluster {
@@ -86,11 +86,11 @@ func newTestCluster(t *testing.T, tweak func(*Config)) *testCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := &testCluster{t: t, fence: f, nodes: map[string]*testNode{}, tweak: tweak, logs: newRecentLogs(300)}
+	tc := &testCluster{t: t, fence: f, nodes: map[string]*testNode{}, tweak: tweak, logs: testkit.NewRecentLogs(300)}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("machine: %s", slowtest.Describe())
-			t.Logf("the cluster's last %d log records at Info and above:\n%s", tc.logs.max, tc.logs.dump())
+			t.Logf("the cluster's last %d log records at Info and above:\n%s", tc.logs.Max(), tc.logs.Dump())
 		}
 		for _, n := range tc.all() {
 			n.c.Close()

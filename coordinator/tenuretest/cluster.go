@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -386,11 +387,32 @@ func (cl *Cluster) converged(want []string) error {
 		} else if t.Fingerprint() != fp {
 			return fmt.Errorf("%s has another table", name)
 		}
-		if !c.Status().Converged {
-			return fmt.Errorf("%s has partitions in transit", name)
+		if st := c.Status(); !st.Converged {
+			return fmt.Errorf("%s has partitions in transit: %s", name, inTransit(st))
 		}
 	}
 	return nil
+}
+
+// inTransit says why a node is not converged: the first few partitions not
+// settled, and what might hold them back (no quorum, members unreachable
+// or not yet heard from, a late loop).
+func inTransit(st coordinator.Status) string {
+	var b strings.Builder
+	n := 0
+	for _, p := range st.Partitions {
+		if p.State == coordinator.StateSettled && (p.Owner == st.Node) == p.Local {
+			continue
+		}
+		if n < 4 {
+			fmt.Fprintf(&b, "p%d %s (ring owner %s, holder %s, epoch %d, released %t, leased here %t); ",
+				p.Partition, p.State, p.Owner, p.Holder, p.Epoch, p.Released, p.Local)
+		}
+		n++
+	}
+	fmt.Fprintf(&b, "%d not settled; quorum %t, stable %v, unreachable %v, unheard %v, lag %v, late %t",
+		n, st.Quorum, st.Stable, st.Unreachable, st.Unheard, st.Lag, st.Late)
+	return b.String()
 }
 
 // OwnerOf returns the name of the node holding key's partition, once

@@ -3,17 +3,30 @@ package tenuretest_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 )
 
+// start starts a cluster closed when the test ends. Unless cfg has a
+// logger of its own, a failed test prints the nodes' last log records.
 func start(t *testing.T, ctx context.Context, cfg tenuretest.Config) *tenuretest.Cluster {
 	t.Helper()
+	if cfg.Logger == nil {
+		logs := testkit.NewRecentLogs(300)
+		cfg.Logger = slog.New(logs)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the cluster's last %d log records at Info and above:\n%s", logs.Max(), logs.Dump())
+			}
+		})
+	}
 	cl, err := tenuretest.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
