@@ -112,4 +112,3 @@ func TestNormalStartLogsNoWarnings(t *testing.T) {
 		t.Errorf("a normal start logged: %v", r)
 	}
 }
-

@@ -70,7 +70,11 @@ type node struct {
 }
 
 // Start starts cfg.Nodes nodes, joins them and waits until they converged
-// or ctx ends. On error the nodes started so far are closed.
+// and every node's stable membership holds them all (WaitStable), or ctx
+// ends. So a test may cut off or crash a minority as soon as Start returns
+// and the rest keep a quorum: a node counts its quorum against its stable
+// membership, which can lag the members it sees by up to StableAfter
+// after a join. On error the nodes started so far are closed.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Nodes < 0 || cfg.Partitions < 0 {
 		return nil, errors.New("tenuretest: Config.Nodes and Partitions must not be negative")
@@ -99,6 +103,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}
 	if err := cl.WaitConverged(ctx); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	if err := cl.WaitStable(ctx); err != nil {
 		cl.Close()
 		return nil, err
 	}
@@ -364,6 +372,40 @@ func (cl *Cluster) WaitConverged(ctx context.Context, names ...string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("tenuretest: %v did not converge: %v (%w)", want, why, err)
+	}
+	return nil
+}
+
+// WaitStable waits until the stable membership of each named node
+// (default: every live node), the set it counts its quorum against, is
+// exactly the named nodes, or until ctx ends. It lags the members a node
+// sees: a join usually enters it at once, but can take up to StableAfter,
+// and a crash leaves it only after StableAfter. Until then a cut that
+// leaves the named nodes a majority of the members may leave them no
+// majority of the stable membership, and no quorum.
+func (cl *Cluster) WaitStable(ctx context.Context, names ...string) error {
+	if len(names) == 0 {
+		names = cl.Live()
+	}
+	want := slices.Sorted(slices.Values(names))
+	var why error
+	err := Poll(ctx, func() bool {
+		why = nil
+		for _, name := range want {
+			c := cl.Node(name)
+			if c == nil {
+				why = fmt.Errorf("no node %s", name)
+				return false
+			}
+			if got := slices.Sorted(slices.Values(c.Status().Stable)); !slices.Equal(got, want) {
+				why = fmt.Errorf("%s's stable membership is %v", name, got)
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("tenuretest: %v not stable: %v (%w)", want, why, err)
 	}
 	return nil
 }
