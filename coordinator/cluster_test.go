@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,6 +148,32 @@ func (tc *testCluster) startNodes(ctx context.Context, prefix string, n int) {
 		tc.start(ctx, fmt.Sprintf("%s%d", prefix, i))
 	}
 	tc.waitConverged(ctx)
+	tc.waitStable(ctx)
+}
+
+// waitStable waits until every live node's stable membership, which it
+// counts its quorum against, is the live nodes: a join can enter it only
+// after StableAfter (see tenuretest.WaitStable), and a test that cuts off
+// a minority before then may leave the rest no quorum.
+func (tc *testCluster) waitStable(ctx context.Context) {
+	tc.t.Helper()
+	nodes := tc.all()
+	want := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		want = append(want, n.name)
+	}
+	slices.Sort(want)
+	err := testkit.Check(ctx, func() error {
+		for _, n := range nodes {
+			if got := n.c.Status().Stable; !slices.Equal(got, want) {
+				return fmt.Errorf("%s's stable membership is %v, want %v", n.name, got, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tc.t.Fatalf("waiting for the stable membership: %v", err)
+	}
 }
 
 func (tc *testCluster) all() []*testNode {

@@ -72,9 +72,9 @@ type node struct {
 // Start starts cfg.Nodes nodes, joins them and waits until they converged
 // and every node's stable membership holds them all (WaitStable), or ctx
 // ends. So a test may cut off or crash a minority as soon as Start returns
-// and the rest keep a quorum: a node counts its quorum against its stable
-// membership, which can lag the members it sees by up to StableAfter
-// after a join. On error the nodes started so far are closed.
+// and the rest keep a quorum: a node counts its majority against its
+// stable membership, which can lag a join by up to StableAfter or
+// 2 x Grace. On error the nodes started so far are closed.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Nodes < 0 || cfg.Partitions < 0 {
 		return nil, errors.New("tenuretest: Config.Nodes and Partitions must not be negative")
@@ -371,23 +371,48 @@ func (cl *Cluster) WaitConverged(ctx context.Context, names ...string) error {
 		return why == nil
 	})
 	if err != nil {
-		return fmt.Errorf("tenuretest: %v did not converge: %v (%w)", want, why, err)
+		return fmt.Errorf("tenuretest: %v did not converge: %v; %s (%w)", want, why, cl.quorums(want), err)
 	}
 	return nil
 }
 
+// quorums describes what each named node counts its quorum against, for
+// a wait's error: the first node that holds a wait up need not be the
+// only one.
+func (cl *Cluster) quorums(names []string) string {
+	var parts []string
+	for _, name := range names {
+		c := cl.Node(name)
+		if c == nil {
+			continue
+		}
+		st := c.Status()
+		parts = append(parts, fmt.Sprintf("%s: quorum %t, converged %t, stable %v, unreachable %v, unheard %v",
+			name, st.Quorum, st.Converged, st.Stable, st.Unreachable, st.Unheard))
+	}
+	return strings.Join(parts, "; ")
+}
+
 // WaitStable waits until the stable membership of each named node
-// (default: every live node), the set it counts its quorum against, is
-// exactly the named nodes, or until ctx ends. It lags the members a node
-// sees: a join usually enters it at once, but can take up to StableAfter,
-// and a crash leaves it only after StableAfter. Until then a cut that
-// leaves the named nodes a majority of the members may leave them no
-// majority of the stable membership, and no quorum.
+// (default: every live node), the set it counts its majority against, is
+// exactly the named nodes and each has a quorum, or until ctx ends. The
+// stable membership lags the members a node sees: a join usually enters
+// it at once, but can take up to StableAfter or 2 x Grace (a node that
+// has just started counts the members its join listed only once they
+// answer), and a crash or a cut leaves it only after StableAfter, and
+// only if the rest hold a majority of it. Until a join has entered it, a
+// cut that leaves the named nodes a majority of the members may leave
+// them no majority of the stable membership, and no quorum until the cut
+// heals. With Config.MinQuorum set, quorum does not depend on it, and it
+// may never shrink to the named nodes: use WaitConverged.
 func (cl *Cluster) WaitStable(ctx context.Context, names ...string) error {
 	if len(names) == 0 {
 		names = cl.Live()
 	}
 	want := slices.Sorted(slices.Values(names))
+	if len(want) == 0 {
+		return errors.New("tenuretest: WaitStable: no live nodes")
+	}
 	var why error
 	err := Poll(ctx, func() bool {
 		why = nil
@@ -397,15 +422,20 @@ func (cl *Cluster) WaitStable(ctx context.Context, names ...string) error {
 				why = fmt.Errorf("no node %s", name)
 				return false
 			}
-			if got := slices.Sorted(slices.Values(c.Status().Stable)); !slices.Equal(got, want) {
+			st := c.Status()
+			if got := slices.Sorted(slices.Values(st.Stable)); !slices.Equal(got, want) {
 				why = fmt.Errorf("%s's stable membership is %v", name, got)
+				return false
+			}
+			if !st.Quorum {
+				why = fmt.Errorf("%s has no quorum", name)
 				return false
 			}
 		}
 		return true
 	})
 	if err != nil {
-		return fmt.Errorf("tenuretest: %v not stable: %v (%w)", want, why, err)
+		return fmt.Errorf("tenuretest: %v not stable: %v; %s (%w)", want, why, cl.quorums(want), err)
 	}
 	return nil
 }
@@ -431,6 +461,10 @@ func (cl *Cluster) converged(want []string) error {
 		}
 		if st := c.Status(); !st.Converged {
 			return fmt.Errorf("%s has partitions in transit: %s", name, inTransit(st))
+		} else if !st.Quorum {
+			// Leases outlive a lost quorum by StepDown: settled, but not
+			// for long.
+			return fmt.Errorf("%s holds its partitions without a quorum", name)
 		}
 	}
 	return nil
