@@ -60,11 +60,13 @@ type Coordinator struct {
 	mlp        atomic.Pointer[memberlist.Memberlist]
 	gossipAddr atomic.Pointer[string] // set by Start
 	mlKeys     *memberlist.Keyring
-	bq         *memberlist.TransmitLimitedQueue
-	dlg        *delegate // set by Start, before memberlist starts
+	bq         *memberlist.TransmitLimitedQueue // this node's claims, releases and stable memberships
+	rq         *memberlist.TransmitLimitedQueue // claims it relays (see relayRetransmitFactor)
+	dlg        *delegate                        // set by Start, before memberlist starts
 
 	inbox    inbox
 	exch     chan exchangeJob // cap exchangeQueue: the digest exchange's sends
+	tell     chan exchangeJob // cap tellQueue: releases for their new owners (tellOwner)
 	acks     acks             // members memberlist's probes heard from, for the reach check to vouch for
 	nodes    nodeSet
 	memberCh chan struct{} // cap 1: membership changed
@@ -112,8 +114,39 @@ const (
 	lifeClosed
 )
 
-// claimRetransmitFactor multiplies memberlist's RetransmitMult for claims.
+// claimRetransmitFactor multiplies memberlist's RetransmitMult for the
+// claims, releases and stable memberships a node sends of its own.
 const claimRetransmitFactor = 3
+
+// relayRetransmitFactor multiplies memberlist's RetransmitMult for the
+// claims a node relays (new to it, heard from another): 1, as often as
+// memberlist sends its own state. Every node that learns a claim relays
+// it, so a claim's transmissions over the cluster are about n x
+// RetransmitMult x ceil(log10(n+1)), what push gossip needs to reach
+// every member with high probability, and its origin's are
+// claimRetransmitFactor times more. Relayed at the origin's rate, one
+// join into a 50 x 4096 cluster sent 3.4 MB of broadcasts (issue 22); a
+// relay a member still misses is repaired by the digest exchange at its
+// next push/pull.
+const relayRetransmitFactor = 1
+
+// newQueues returns the broadcast queues for memberlist's RetransmitMult:
+// this node's own messages and its relays.
+func newQueues(numNodes func() int, retransmitMult int) (own, relays *memberlist.TransmitLimitedQueue) {
+	own = &memberlist.TransmitLimitedQueue{
+		// Not memberlist's NumMembers: that takes memberlist's node lock,
+		// and the queue calls NumNodes under its own (see delegate.live).
+		NumNodes: numNodes,
+		// Claims are few and small, and a node that misses one waits a
+		// whole push/pull interval. memberlist piggybacks broadcasts on
+		// pings and acks, so a message's transmissions are not spread
+		// evenly over the members: send each claim more often than
+		// memberlist sends its own state.
+		RetransmitMult: claimRetransmitFactor * retransmitMult,
+	}
+	relays = &memberlist.TransmitLimitedQueue{NumNodes: numNodes, RetransmitMult: relayRetransmitFactor * retransmitMult}
+	return own, relays
+}
 
 // view is what the hot paths read: the table (over the members that are
 // not leaving) and where every member listens.
@@ -158,6 +191,7 @@ func New(cfg Config) (*Coordinator, error) {
 		closeDone: make(chan struct{}),
 		inbox:     inbox{signal: make(chan struct{}, 1)},
 		exch:      make(chan exchangeJob, exchangeQueue),
+		tell:      make(chan exchangeJob, tellQueue),
 		opener:    gossip.Opener{Cluster: cfg.ClusterName, Keys: cfg.TokenKeys, Partitions: cfg.Ring.Partitions},
 		askWindow: askWindow(cfg.Memberlist),
 		metrics:   newMetrics(),
@@ -305,17 +339,7 @@ func (c *Coordinator) start(ctx context.Context) error {
 		return err
 	}
 	mc.Transport = tr
-	c.bq = &memberlist.TransmitLimitedQueue{
-		// Not memberlist's NumMembers: that takes memberlist's node lock,
-		// and the queue calls NumNodes under its own (see delegate.live).
-		NumNodes: d.numNodes,
-		// Claims are few and small, and a node that misses one waits a
-		// whole push/pull interval. memberlist piggybacks broadcasts on
-		// pings and acks, so a message's transmissions are not spread
-		// evenly over the members: send each claim more often than
-		// memberlist sends its own state.
-		RetransmitMult: claimRetransmitFactor * mc.RetransmitMult,
-	}
+	c.bq, c.rq = newQueues(d.numNodes, mc.RetransmitMult)
 	ml, err := memberlist.Create(&mc)
 	if err != nil {
 		_ = tr.Shutdown()
