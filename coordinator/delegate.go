@@ -295,8 +295,8 @@ func (c *Coordinator) broadcast(q *memberlist.TransmitLimitedQueue, name string,
 }
 
 // broadcastClaim queues cl for gossip: with relay, a claim heard from
-// another node, sent as often as memberlist sends its own state
-// (relayRetransmitFactor), else one of this node's own. The two queues
+// another node (sent relayRetransmitFactor x RetransmitMult x
+// ceil(log10(n+1)) times), else one of this node's own. The two queues
 // don't replace each other's messages: a relay and an own claim of one
 // partition may both go out, and a receiver keeps the higher.
 func (c *Coordinator) broadcastClaim(cl gossip.Claim, relay bool) {

@@ -214,13 +214,10 @@ func (l *loop) heard(hs []heard, relay bool) {
 
 // tellOwner sends a release of this node's to the partition's owner on
 // the ring, when that is another member, as one packet: a handoff waits
-// for the new owner to hear the release, and gossip relays a claim only
-// relayRetransmitFactor x RetransmitMult x ceil(log10(n+1)) times per
-// node, so a member misses a relayed claim with a probability of about
-// e^-4 (2%) at 50 nodes in the local preset until its next push/pull. At
-// most tellQueue wait to be sent; the rest, and a leaver's releases
-// (Leave pushes its whole register to the new owners), go by gossip
-// alone.
+// for the new owner to hear the release, and a member can miss a relayed
+// claim until its next push/pull (see relayRetransmitFactor). At most
+// tellQueue wait to be sent; the rest, and a leaver's releases (Leave
+// pushes its whole register to the new owners), go by gossip alone.
 func (l *loop) tellOwner(cl gossip.Claim) {
 	c := l.c
 	v := c.view.Load()

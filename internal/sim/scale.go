@@ -43,9 +43,9 @@ const (
 	// coordinator's claimRetransmitFactor (3), for a node's own messages.
 	RetransmitMult = 6
 	// RelayRetransmitMult: memberlist's RetransmitMult (2) times the
-	// coordinator's relayRetransmitFactor (1), for the claims a node
+	// coordinator's relayRetransmitFactor (2), for the claims a node
 	// relays.
-	RelayRetransmitMult = 2
+	RelayRetransmitMult = 4
 	// PacketSize: memberlist's UDPBufferSize; packetOverhead, its compound
 	// header and a piece's length.
 	PacketSize     = 1400
