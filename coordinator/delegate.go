@@ -148,6 +148,9 @@ func (d *delegate) LocalState(join bool) []byte {
 	}
 	d.c.traffic.states.Add(1)
 	d.c.traffic.stateBytes.Add(uint64(len(b)))
+	if join {
+		d.c.traffic.wholeStateBytes.Add(uint64(len(b)))
+	}
 	return b
 }
 

@@ -127,7 +127,7 @@ func (sc *scaleCluster) waitConverged(ctx context.Context) error {
 
 // trafficTotal is what every node of a cluster sent.
 type trafficTotal struct {
-	streamBytes, packetBytes, states, stateBytes, syncs, metaUpdates, queued, sentBcast, releasesSent uint64
+	streamBytes, packetBytes, states, stateBytes, syncs, metaUpdates, queued, sentBcast, releasesSent, wholeStateBytes uint64
 }
 
 func (sc *scaleCluster) traffic() trafficTotal {
@@ -143,6 +143,7 @@ func (sc *scaleCluster) traffic() trafficTotal {
 		s.queued += t.queued.Load()
 		s.sentBcast += t.sentBcast.Load()
 		s.releasesSent += t.releasesSent.Load()
+		s.wholeStateBytes += t.wholeStateBytes.Load()
 	}
 	return s
 }
@@ -152,6 +153,7 @@ func (a trafficTotal) minus(b trafficTotal) trafficTotal {
 		a.streamBytes - b.streamBytes, a.packetBytes - b.packetBytes, a.states - b.states,
 		a.stateBytes - b.stateBytes, a.syncs - b.syncs, a.metaUpdates - b.metaUpdates,
 		a.queued - b.queued, a.sentBcast - b.sentBcast, a.releasesSent - b.releasesSent,
+		a.wholeStateBytes - b.wholeStateBytes,
 	}
 }
 
@@ -223,6 +225,11 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	fmt.Printf("figure: %s.pushpull_bytes %d\n", name, pushpull)
 	fmt.Printf("figure: %s.join_seconds %.3f\n", name, joinTook.Seconds())
 	fmt.Printf("figure: %s.join_bytes %.0f\n", name, max(joinBytes, 0))
+	// What the join itself exchanged: the joiner's and its seed's states,
+	// each with the whole register (memberlist's member list, about 150
+	// bytes a member, comes on top); join_bytes is what the whole cluster
+	// sent because of the join, the claims it moved among them.
+	fmt.Printf("figure: %s.join_state_bytes %d\n", name, join.wholeStateBytes)
 	fmt.Printf("figure: %s.join_stream_bytes %d\n", name, join.streamBytes)
 	fmt.Printf("figure: %s.join_packet_bytes %d\n", name, join.packetBytes)
 	fmt.Printf("figure: %s.join_pushpull_states %d\n", name, join.states)

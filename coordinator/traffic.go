@@ -18,6 +18,7 @@ type traffic struct {
 	sentBcast   atomic.Uint64 // bytes of those handed to memberlist (each transmission), within packetBytes
 
 	wholeStates     atomic.Uint64 // push/pull states that carried the whole register (joins), within states
+	wholeStateBytes atomic.Uint64 // their bytes, within stateBytes
 	sections        atomic.Uint64 // digest exchange: sections sent (asking and answering; SendReliable)
 	sectionBytes    atomic.Uint64 // their bytes, within streamBytes
 	exchangeDropped atomic.Uint64 // digest exchange sends dropped: queue full or peer unknown
