@@ -60,13 +60,11 @@ type Coordinator struct {
 	mlp        atomic.Pointer[memberlist.Memberlist]
 	gossipAddr atomic.Pointer[string] // set by Start
 	mlKeys     *memberlist.Keyring
-	bq         *memberlist.TransmitLimitedQueue // this node's claims, releases and stable memberships
-	rq         *memberlist.TransmitLimitedQueue // claims it relays (see relayRetransmitFactor)
-	dlg        *delegate                        // set by Start, before memberlist starts
+	bq         *memberlist.TransmitLimitedQueue
+	dlg        *delegate // set by Start, before memberlist starts
 
 	inbox    inbox
 	exch     chan exchangeJob // cap exchangeQueue: the digest exchange's sends
-	tell     chan exchangeJob // cap tellQueue: releases for their new owners (tellOwner)
 	acks     acks             // members memberlist's probes heard from, for the reach check to vouch for
 	nodes    nodeSet
 	memberCh chan struct{} // cap 1: membership changed
@@ -114,41 +112,8 @@ const (
 	lifeClosed
 )
 
-// claimRetransmitFactor multiplies memberlist's RetransmitMult for the
-// claims, releases and stable memberships a node sends of its own.
+// claimRetransmitFactor multiplies memberlist's RetransmitMult for claims.
 const claimRetransmitFactor = 3
-
-// relayRetransmitFactor multiplies memberlist's RetransmitMult for the
-// claims a node relays (new to it, heard from another). Every node that
-// learns a claim relays it, so a claim's transmissions over the cluster
-// are about n x relayRetransmitFactor x RetransmitMult x ceil(log10(n+1)),
-// and a member misses it with a probability of about e^-(that / n): e^-8
-// at 50 nodes in the local preset, three claims in ten thousand, then
-// learns it from the digest exchange at its next push/pull. Its origin
-// sends it claimRetransmitFactor times. Relayed at the origin's rate (3),
-// one join into a 50 x 4096 cluster sent 3.4 MB of broadcasts (issue 22);
-// at 2, 2.3-2.4 MB; at 1, 1.3 MB, but then one member or another missed one
-// of a leave's few claims nearly every time, and the whole cluster's view
-// settled 4 s after a leave at 50 x 271 instead of 0.8-1.3 s.
-const relayRetransmitFactor = 2
-
-// newQueues returns the broadcast queues for memberlist's RetransmitMult:
-// this node's own messages and its relays.
-func newQueues(numNodes func() int, retransmitMult int) (own, relays *memberlist.TransmitLimitedQueue) {
-	own = &memberlist.TransmitLimitedQueue{
-		// Not memberlist's NumMembers: that takes memberlist's node lock,
-		// and the queue calls NumNodes under its own (see delegate.live).
-		NumNodes: numNodes,
-		// Claims are few and small, and a node that misses one waits a
-		// whole push/pull interval. memberlist piggybacks broadcasts on
-		// pings and acks, so a message's transmissions are not spread
-		// evenly over the members: send each claim more often than
-		// memberlist sends its own state.
-		RetransmitMult: claimRetransmitFactor * retransmitMult,
-	}
-	relays = &memberlist.TransmitLimitedQueue{NumNodes: numNodes, RetransmitMult: relayRetransmitFactor * retransmitMult}
-	return own, relays
-}
 
 // view is what the hot paths read: the table (over the members that are
 // not leaving) and where every member listens.
@@ -193,7 +158,6 @@ func New(cfg Config) (*Coordinator, error) {
 		closeDone: make(chan struct{}),
 		inbox:     inbox{signal: make(chan struct{}, 1)},
 		exch:      make(chan exchangeJob, exchangeQueue),
-		tell:      make(chan exchangeJob, tellQueue),
 		opener:    gossip.Opener{Cluster: cfg.ClusterName, Keys: cfg.TokenKeys, Partitions: cfg.Ring.Partitions},
 		askWindow: askWindow(cfg.Memberlist),
 		metrics:   newMetrics(),
@@ -341,7 +305,17 @@ func (c *Coordinator) start(ctx context.Context) error {
 		return err
 	}
 	mc.Transport = tr
-	c.bq, c.rq = newQueues(d.numNodes, mc.RetransmitMult)
+	c.bq = &memberlist.TransmitLimitedQueue{
+		// Not memberlist's NumMembers: that takes memberlist's node lock,
+		// and the queue calls NumNodes under its own (see delegate.live).
+		NumNodes: d.numNodes,
+		// Claims are few and small, and a node that misses one waits a
+		// whole push/pull interval. memberlist piggybacks broadcasts on
+		// pings and acks, so a message's transmissions are not spread
+		// evenly over the members: send each claim more often than
+		// memberlist sends its own state.
+		RetransmitMult: claimRetransmitFactor * mc.RetransmitMult,
+	}
 	ml, err := memberlist.Create(&mc)
 	if err != nil {
 		_ = tr.Shutdown()

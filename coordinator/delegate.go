@@ -113,15 +113,9 @@ func (d *delegate) unverified(m gossip.Message) {
 // unverifiedLogEvery bounds the lines unverified logs.
 const unverifiedLogEvery = 10 * time.Second
 
-// GetBroadcasts implements memberlist.Delegate: this node's own messages
-// first, then the claims it relays, in what room is left.
+// GetBroadcasts implements memberlist.Delegate.
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	out := d.c.bq.GetBroadcasts(overhead, limit)
-	used := 0
-	for _, b := range out {
-		used += len(b) + overhead
-	}
-	out = append(out, d.c.rq.GetBroadcasts(overhead, limit-used)...)
 	n := 0
 	for _, b := range out {
 		n += len(b)
@@ -285,8 +279,8 @@ func (b *namedBroadcast) Name() string    { return b.name }
 func (b *namedBroadcast) Message() []byte { return b.msg }
 func (b *namedBroadcast) Finished()       {}
 
-// broadcast queues m for gossip under name, in q.
-func (c *Coordinator) broadcast(q *memberlist.TransmitLimitedQueue, name string, m gossip.Message) {
+// broadcast queues m for gossip under name.
+func (c *Coordinator) broadcast(name string, m gossip.Message) {
 	m.Cluster, m.Sender = c.cfg.ClusterName, c.cfg.Name
 	msg, err := m.Seal(c.cfg.TokenKeys)
 	if err != nil {
@@ -294,25 +288,12 @@ func (c *Coordinator) broadcast(q *memberlist.TransmitLimitedQueue, name string,
 		return
 	}
 	c.traffic.queued.Add(1)
-	q.QueueBroadcast(&namedBroadcast{name: name, msg: msg})
+	c.bq.QueueBroadcast(&namedBroadcast{name: name, msg: msg})
 }
 
-// broadcastClaim queues cl for gossip: with relay, a claim heard from
-// another node (sent relayRetransmitFactor x RetransmitMult x
-// ceil(log10(n+1)) times), else one of this node's own. The two queues
-// don't replace each other's messages: a relay and an own claim of one
-// partition may both go out, and a receiver keeps the higher.
-func (c *Coordinator) broadcastClaim(cl gossip.Claim, relay bool) {
-	q := c.bq
-	if relay {
-		q = c.rq
-	}
-	c.broadcast(q, strconv.FormatUint(uint64(cl.Token.Partition), 10), gossip.Message{Kind: gossip.KindClaim, Claim: cl})
-}
-
-// queued is how many broadcasts this node has yet to send.
-func (c *Coordinator) queued() int {
-	return c.bq.NumQueued() + c.rq.NumQueued()
+// broadcastClaim queues cl for gossip.
+func (c *Coordinator) broadcastClaim(cl gossip.Claim) {
+	c.broadcast(strconv.FormatUint(uint64(cl.Token.Partition), 10), gossip.Message{Kind: gossip.KindClaim, Claim: cl})
 }
 
 // broadcastStable queues s for gossip, when it fits in a packet (push/pull
@@ -325,7 +306,7 @@ func (c *Coordinator) broadcastStable(s quorum.Stable) {
 	if n > 1000 {
 		return
 	}
-	c.broadcast(c.bq, "stable", gossip.Message{Kind: gossip.KindStable, Stable: s})
+	c.broadcast("stable", gossip.Message{Kind: gossip.KindStable, Stable: s})
 }
 
 // nodeSet is the coordinator's copy of memberlist's live members, with

@@ -53,9 +53,6 @@ import (
 const (
 	// exchangeQueue bounds the sends waiting for the exchange goroutine.
 	exchangeQueue = 16
-	// tellQueue bounds the releases waiting for it to send them to their
-	// new owners (tellOwner); more are left to gossip.
-	tellQueue = 64
 	// sectionClaims bounds the claims of one section message (about
 	// 12 KB keyed), unless one range holds more (1/32 of the partitions).
 	sectionClaims = 512
@@ -246,14 +243,11 @@ func (l *logLimit) allow(now time.Time, every time.Duration) (bool, int) {
 }
 
 // exchangeJob is a send for the exchange goroutine: sections of ranges,
-// asking peer for an answer, the answer to peer's asking section, or a
-// release for peer, its partition's new owner (tellOwner, through its own
-// queue).
+// asking peer for an answer, or the answer to peer's asking section.
 type exchangeJob struct {
-	peer    string
-	ranges  []int
-	answer  *gossip.Section
-	release *gossip.Claim
+	peer   string
+	ranges []int
+	answer *gossip.Section
 }
 
 // offerExchange queues j for the exchange goroutine, or drops and counts
@@ -275,8 +269,6 @@ func (c *Coordinator) runExchange() {
 			return
 		case j := <-c.exch:
 			c.exchange(j)
-		case j := <-c.tell:
-			c.exchange(j)
 		}
 	}
 }
@@ -285,20 +277,6 @@ func (c *Coordinator) exchange(j exchangeJob) {
 	to, ok := c.nodes.node(j.peer)
 	if !ok {
 		c.traffic.exchangeDropped.Add(1)
-		return
-	}
-	if j.release != nil {
-		// One packet, as gossip would carry it: a release lost here still
-		// travels by gossip, and the digest exchange repairs the rest.
-		msg, err := gossip.Message{Kind: gossip.KindClaim, Cluster: c.cfg.ClusterName, Sender: c.cfg.Name, Claim: *j.release}.Seal(c.cfg.TokenKeys)
-		if err == nil {
-			err = c.ml.SendBestEffort(to, msg)
-		}
-		if err != nil {
-			c.log.Debug("send a release to its new owner", "peer", j.peer, "err", err)
-			return
-		}
-		c.traffic.releasesSent.Add(1)
 		return
 	}
 	var sections []gossip.Section

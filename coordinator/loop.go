@@ -204,34 +204,11 @@ func (l *loop) heard(hs []heard, relay bool) {
 				// New to us: pass it on, so claims spread epidemically and
 				// not only from their origin.
 				if relay {
-					c.broadcastClaim(cl, true)
+					c.broadcastClaim(cl)
 				}
 				l.holderChanged(cl)
 			}
 		}
-	}
-}
-
-// tellOwner sends a release of this node's to the partition's owner on
-// the ring, when that is another member, as one packet: a handoff waits
-// for the new owner to hear the release, and a member can miss a relayed
-// claim until its next push/pull (see relayRetransmitFactor). At most
-// tellQueue wait to be sent; the rest, and a leaver's releases (Leave
-// pushes its whole register to the new owners), go by gossip alone.
-func (l *loop) tellOwner(cl gossip.Claim) {
-	c := l.c
-	v := c.view.Load()
-	if c.leaving.Load() || v == nil || v.table == nil {
-		return
-	}
-	owner := v.table.Owner(cl.Token.Partition)
-	if _, ok := v.members[owner]; !ok || owner == c.cfg.Name {
-		return
-	}
-	select {
-	case c.tell <- exchangeJob{peer: owner, release: &cl}:
-	default:
-		c.traffic.releasesLeft.Add(1)
 	}
 }
 
@@ -464,10 +441,9 @@ func (l *loop) perform() {
 			if a.New { // the machine has recorded it
 				l.holderChanged(cl)
 			}
-			c.broadcastClaim(cl, false)
+			c.broadcastClaim(cl)
 			if a.Released {
 				c.metrics.releases.Inc()
-				l.tellOwner(cl)
 			}
 		case machine.ActStable:
 			l.stable(a.Stable)

@@ -98,7 +98,7 @@ func (sc *scaleCluster) waitQuiet(ctx context.Context) error {
 	for {
 		queued := 0
 		for _, c := range sc.nodes {
-			queued += c.queued()
+			queued += c.bq.NumQueued()
 		}
 		if queued == 0 {
 			return nil
@@ -127,7 +127,7 @@ func (sc *scaleCluster) waitConverged(ctx context.Context) error {
 
 // trafficTotal is what every node of a cluster sent.
 type trafficTotal struct {
-	streamBytes, packetBytes, states, stateBytes, syncs, metaUpdates, queued, sentBcast, releasesSent, wholeStateBytes uint64
+	streamBytes, packetBytes, states, stateBytes, syncs, metaUpdates, queued, sentBcast, wholeStateBytes uint64
 }
 
 func (sc *scaleCluster) traffic() trafficTotal {
@@ -142,7 +142,6 @@ func (sc *scaleCluster) traffic() trafficTotal {
 		s.metaUpdates += t.metaUpdates.Load()
 		s.queued += t.queued.Load()
 		s.sentBcast += t.sentBcast.Load()
-		s.releasesSent += t.releasesSent.Load()
 		s.wholeStateBytes += t.wholeStateBytes.Load()
 	}
 	return s
@@ -152,8 +151,7 @@ func (a trafficTotal) minus(b trafficTotal) trafficTotal {
 	return trafficTotal{
 		a.streamBytes - b.streamBytes, a.packetBytes - b.packetBytes, a.states - b.states,
 		a.stateBytes - b.stateBytes, a.syncs - b.syncs, a.metaUpdates - b.metaUpdates,
-		a.queued - b.queued, a.sentBcast - b.sentBcast, a.releasesSent - b.releasesSent,
-		a.wholeStateBytes - b.wholeStateBytes,
+		a.queued - b.queued, a.sentBcast - b.sentBcast, a.wholeStateBytes - b.wholeStateBytes,
 	}
 }
 
@@ -237,7 +235,6 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	fmt.Printf("figure: %s.join_meta_updates %d\n", name, join.metaUpdates)
 	fmt.Printf("figure: %s.join_broadcasts_queued %d\n", name, join.queued)
 	fmt.Printf("figure: %s.join_broadcast_bytes %d\n", name, join.sentBcast)
-	fmt.Printf("figure: %s.join_releases_sent %d\n", name, join.releasesSent)
 }
 
 // TestScale measures starts and joins at scale, behind -scale:

@@ -24,6 +24,4 @@ type traffic struct {
 	exchangeDropped atomic.Uint64 // digest exchange sends dropped: queue full or peer unknown
 	asksRefused     atomic.Uint64 // asking sections not answered: not due (exchange.go)
 	unverified      atomic.Uint64 // claims dropped from states and sections: tokens that did not verify
-	releasesSent    atomic.Uint64 // releases sent to the partition's new owner directly (tellOwner), within packetBytes
-	releasesLeft    atomic.Uint64 // releases tellOwner left to gossip alone: its queue was full
 }

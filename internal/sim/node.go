@@ -30,7 +30,6 @@ type node struct {
 	backlog  []func() // inputs that arrived while paused
 	self     ownership.Node
 	m        *machine.Machine
-	place    machine.Placement // the last view's ring
 	reg      *gossip.Register
 	auth     *gossip.Authority
 	stable   quorum.Stable
@@ -236,7 +235,6 @@ func (n *node) setView() {
 	s := n.s
 	members, left := s.net.view(n.idx)
 	v := machine.BuildView(n.members(members), left, func(names []string) machine.Placement { return s.table(names) })
-	n.place = v.Placement
 	s.Events++
 	if err := n.m.SetView(v); err != nil {
 		panic(err)
@@ -317,15 +315,12 @@ func (n *node) perform() {
 			s.tracef("%s publishes %v released=%v", n.name, a.Token, a.Released)
 			cl := gossip.Claim{Token: a.Token, Released: a.Released}
 			n.observed(cl.Token.Partition) // the machine has recorded it
-			n.gossip(gossip.Message{Kind: gossip.KindClaim, Claim: cl}, false)
-			if a.Released {
-				n.tellOwner(cl)
-			}
+			n.gossip(gossip.Message{Kind: gossip.KindClaim, Claim: cl})
 		case machine.ActStable:
 			s.chk.adopted(n, a.Stable)
 			n.stable, n.stableID = a.Stable, a.Stable.ID()
 			s.tracef("%s stable %v", n.name, a.Stable)
-			n.gossip(gossip.Message{Kind: gossip.KindStable, Stable: a.Stable}, false)
+			n.gossip(gossip.Message{Kind: gossip.KindStable, Stable: a.Stable})
 			s.net.metaChanged(n)
 		case machine.ActSync:
 			if m := s.nodeByName(a.Node); m != nil {
@@ -388,28 +383,9 @@ func (n *node) claim(life int, p uint32, seen ownership.Token) {
 	})
 }
 
-// tellOwner sends a release to the partition's owner on n's ring, as the
-// coordinator's loop does, in the scale mode's gossip (elsewhere every
-// broadcast goes to every member anyway).
-func (n *node) tellOwner(cl gossip.Claim) {
-	s := n.s
-	if s.scale == nil || !s.scale.epidemic || n.place == nil {
-		return
-	}
-	if to := s.nodeByName(n.place.Owner(cl.Token.Partition)); to != nil && to != n {
-		m := gossip.Message{Kind: gossip.KindClaim, Cluster: cluster, Sender: n.name, Claim: cl}
-		b, err := m.Seal(s.keys)
-		if err != nil {
-			panic(err)
-		}
-		s.net.unicast(n.idx, to.idx, m, len(b))
-	}
-}
-
-// gossip broadcasts a message, one of n's own or, with relay, a claim it
-// passes on; a stable membership only when its names fit in a packet, as
-// the coordinator does (push/pull carries it anyway).
-func (n *node) gossip(m gossip.Message, relay bool) {
+// gossip broadcasts a message; a stable membership only when its names
+// fit in a packet, as the coordinator does (push/pull carries it anyway).
+func (n *node) gossip(m gossip.Message) {
 	if m.Kind == gossip.KindStable {
 		k := 0
 		for _, name := range m.Stable.Members {
@@ -428,7 +404,7 @@ func (n *node) gossip(m gossip.Message, relay bool) {
 	case n.s.scale == nil:
 		n.s.net.broadcast(n.idx, b)
 	case n.s.scale.epidemic:
-		n.queueGossip(m, len(b), relay)
+		n.queueGossip(m, len(b))
 	default:
 		n.s.net.direct(n.idx, m, len(b))
 	}
@@ -512,7 +488,7 @@ func (n *node) take(ch gossip.Channel, m gossip.Message) {
 			n.observed(c.Token.Partition)
 		}
 		if changed && relay && m.Kind == gossip.KindClaim {
-			n.gossip(gossip.Message{Kind: gossip.KindClaim, Claim: c}, true)
+			n.gossip(gossip.Message{Kind: gossip.KindClaim, Claim: c})
 		}
 	}
 }

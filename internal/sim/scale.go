@@ -12,10 +12,9 @@ import (
 // broadcasts carried as memberlist carries the coordinator's: each node
 // queues its claims by partition (a newer claim of a partition replaces
 // the one queued), and each gossip round sends packets of up to
-// PacketSize bytes to GossipNodes members it sees; every message of its
-// own goes out RetransmitMult x ceil(log10(n+1)) times, fewest sent
-// first, and a node that learns a claim relays it in turn,
-// RelayRetransmitMult x ceil(log10(n+1)) times, after its own. The cluster forms with
+// PacketSize bytes to GossipNodes members it sees; every queued message
+// goes out RetransmitMult x ceil(log10(n+1)) times, fewest sent first, and
+// a node that learns a claim queues it in turn. The cluster forms with
 // direct delivery (each broadcast to every member, no relaying, so that a
 // start of thousands of claims stays cheap), then Epidemic switches the
 // gossip to the queues for the measured runs.
@@ -40,12 +39,8 @@ const (
 	// GossipRounds: gossip rounds a tick (GossipInterval 50 ms).
 	GossipRounds = 4
 	// RetransmitMult: memberlist's RetransmitMult (2) times the
-	// coordinator's claimRetransmitFactor (3), for a node's own messages.
+	// coordinator's claimRetransmitFactor (3).
 	RetransmitMult = 6
-	// RelayRetransmitMult: memberlist's RetransmitMult (2) times the
-	// coordinator's relayRetransmitFactor (2), for the claims a node
-	// relays.
-	RelayRetransmitMult = 4
 	// PacketSize: memberlist's UDPBufferSize; packetOverhead, its compound
 	// header and a piece's length.
 	PacketSize     = 1400
@@ -112,8 +107,7 @@ type Cost struct {
 type scaleState struct {
 	epidemic bool
 	cost     Cost
-	limit    int // transmissions of a queued message of the node's own
-	relayLim int // transmissions of a queued relay
+	limit    int // transmissions of a queued message
 	seq      uint64
 }
 
@@ -122,13 +116,8 @@ type bcast struct {
 	name int // partition, or -1 for a stable membership
 	id   uint64
 	sent int
-	// relay: a claim the node passes on. Relays have their own queue in
-	// the coordinator: they go out after the node's own messages, and
-	// a relay and an own message of one partition don't replace each
-	// other.
-	relay bool
-	m     gossip.Message
-	size  int
+	m    gossip.Message
+	size int
 }
 
 // scaleNode is a node's part in the scale mode: its gossip queue and its
@@ -174,8 +163,7 @@ func (s *Sim) ResetCost() {
 
 func newScale(s *Sim) *scaleState {
 	n := s.cfg.Nodes
-	l := int(math.Ceil(math.Log10(float64(n + 1))))
-	return &scaleState{limit: RetransmitMult * l, relayLim: RelayRetransmitMult * l}
+	return &scaleState{limit: RetransmitMult * int(math.Ceil(math.Log10(float64(n+1))))}
 }
 
 // newScaleNode returns a node's scale part for a new life.
@@ -266,18 +254,18 @@ func statesEqual(a, b *node) bool {
 }
 
 // queueGossip puts m in n's gossip queue, replacing a queued message of
-// the same name and kind (own or relay).
-func (n *node) queueGossip(m gossip.Message, size int, relay bool) {
+// the same name.
+func (n *node) queueGossip(m gossip.Message, size int) {
 	sc := n.s.scale
 	name := -1
 	if m.Kind == gossip.KindClaim {
 		name = int(m.Claim.Token.Partition)
 	}
 	sc.seq++
-	b := &bcast{name: name, id: sc.seq, m: m, size: size, relay: relay}
+	b := &bcast{name: name, id: sc.seq, m: m, size: size}
 	q := n.sc.queue
 	for i, o := range q {
-		if o.name == name && o.relay == relay {
+		if o.name == name {
 			q[i] = b
 			return
 		}
@@ -298,20 +286,6 @@ func (nw *network) direct(i int, m gossip.Message, size int) {
 		ms := []gossip.Message{m}
 		s.after(s.between(1, s.cfg.GossipDelay), func() { to.receiveOpened(life, ms) })
 	}
-}
-
-// unicast delivers an opened message from i to j alone, a packet that
-// may be dropped (the coordinator's release to its new owner).
-func (nw *network) unicast(i, j int, m gossip.Message, size int) {
-	s := nw.s
-	if i == j || !nw.link[i][j] || s.chance(nw.drop) {
-		return
-	}
-	s.scale.count(m, size)
-	to := s.nodes[j]
-	life := to.life
-	ms := []gossip.Message{m}
-	s.after(s.between(1, s.cfg.GossipDelay), func() { to.receiveOpened(life, ms) })
 }
 
 // count adds a message to the counts.
@@ -359,20 +333,13 @@ func (nw *network) gossipPeers(i int) []int {
 	return out
 }
 
-// packet sends node i's next packet to j: the queued messages that fit,
-// the node's own before its relays, and within each the fewest sent
-// first (newest first among equals).
+// packet sends node i's next packet to j: the queued messages sent fewest
+// times first (newest first among equals) that fit.
 func (nw *network) packet(i, j int) {
 	s := nw.s
 	n, sc := s.nodes[i], s.scale
 	q := n.sc.queue
 	slices.SortFunc(q, func(a, b *bcast) int {
-		if a.relay != b.relay {
-			if b.relay {
-				return -1
-			}
-			return 1
-		}
 		if a.sent != b.sent {
 			return a.sent - b.sent
 		}
@@ -392,11 +359,7 @@ func (nw *network) packet(i, j int) {
 		room -= b.size + packetOverhead
 		ms = append(ms, b.m)
 		sc.count(b.m, b.size)
-		limit := sc.limit
-		if b.relay {
-			limit = sc.relayLim
-		}
-		if b.sent++; b.sent < limit {
+		if b.sent++; b.sent < sc.limit {
 			keep = append(keep, b)
 		}
 	}

@@ -224,8 +224,7 @@ func checkScalePoint(t *testing.T, pt scalePoint) {
 
 // The gossip queue holds one message per name (a newer claim of a
 // partition replaces the queued one), sends each RetransmitMult x
-// ceil(log10(n+1)) times, a relay RelayRetransmitMult x ceil(log10(n+1))
-// times after the node's own, and packs what fits in a packet.
+// ceil(log10(n+1)) times, and packs what fits in a packet.
 func TestGossipQueue(t *testing.T) {
 	cfg := scaleConfig(10, 256)
 	s, err := New(cfg)
@@ -240,9 +239,9 @@ func TestGossipQueue(t *testing.T) {
 	tok := func(p uint32, e uint64) gossip.Message {
 		return gossip.Message{Kind: gossip.KindClaim, Claim: gossip.Claim{Token: ownership.Token{Partition: p, Epoch: e, Owner: "n0", Incarnation: 1}}}
 	}
-	n.queueGossip(tok(1, 1), 50, false)
-	n.queueGossip(tok(1, 2), 50, false)
-	n.queueGossip(tok(2, 1), 50, false)
+	n.queueGossip(tok(1, 1), 50)
+	n.queueGossip(tok(1, 2), 50)
+	n.queueGossip(tok(2, 1), 50)
 	if len(n.sc.queue) != 2 {
 		t.Fatalf("queue holds %d messages, want 2 (p1's second claim replaces its first)", len(n.sc.queue))
 	}
@@ -258,31 +257,8 @@ func TestGossipQueue(t *testing.T) {
 	if c := s.Cost(); sends != limit || c.ClaimMsgs != uint64(2*limit) || c.Packets != uint64(limit) {
 		t.Fatalf("%d packets, %d claims sent; want %d packets of both claims", c.Packets, c.ClaimMsgs, limit)
 	}
-	// A relay of p1 doesn't replace the node's own claim of p1; it goes
-	// out after it, and fewer times.
-	s.ResetCost()
-	n.queueGossip(tok(1, 3), 50, true)
-	n.queueGossip(tok(1, 4), 50, false)
-	if len(n.sc.queue) != 2 || !n.sc.queue[0].relay {
-		t.Fatalf("queue %+v, want the relay and the own claim", n.sc.queue)
-	}
-	relayLimit := RelayRetransmitMult * 2
-	if relayLimit >= limit || s.scale.relayLim != relayLimit {
-		t.Fatalf("relay limit %d, want %d, under %d", s.scale.relayLim, relayLimit, limit)
-	}
-	s.net.packet(0, 1)
-	if q := n.sc.queue; len(q) != 2 || q[0].relay || q[0].sent != 1 || q[1].sent != 1 {
-		t.Fatalf("after a packet the queue is %+v, want the own claim first, both sent once", q)
-	}
-	for len(n.sc.queue) > 0 && sends < 100*limit {
-		s.net.packet(0, 1)
-		sends++
-	}
-	if c := s.Cost(); c.ClaimMsgs != uint64(limit+relayLimit) {
-		t.Fatalf("%d claims sent, want %d of the own claim and %d of the relay", c.ClaimMsgs, limit, relayLimit)
-	}
 	for range 40 {
-		n.queueGossip(tok(uint32(10+len(n.sc.queue)), 1), 100, false)
+		n.queueGossip(tok(uint32(10+len(n.sc.queue)), 1), 100)
 	}
 	s.ResetCost()
 	s.net.packet(0, 1)
