@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -95,6 +96,7 @@ type loop struct {
 	idle    bool                   // idleCh closed
 	warned  bool                   // the no-quorum warning was logged
 	lostAt  time.Time              // when the quorum was last lost
+	qs      machine.QuorumState    // what the quorum rested on at the last perform
 
 	reach   *reach.Check // the reach check's policy and evidence
 	unreach []string     // the members the current view marks Unreachable
@@ -412,6 +414,7 @@ func (l *loop) workerDone(t ownership.Token) {
 // perform carries out the machine's actions in order.
 func (l *loop) perform() {
 	c := l.c
+	defer l.noteQuorumState()
 	for _, a := range l.m.Ready() {
 		switch a.Kind {
 		case machine.ActClaim:
@@ -521,6 +524,37 @@ func (l *loop) quorum(ok bool) {
 	c.log.Debug("no quorum", "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "unheard", l.unheard)
 }
 
+// noteQuorumState publishes why this node counts no quorum, for Status,
+// when that changed.
+func (l *loop) noteQuorumState() {
+	qs := l.m.QuorumState()
+	if qs == l.qs && l.c.noQuorum.Load() != nil {
+		return
+	}
+	l.qs = qs
+	why := noQuorumReason(qs, l.c.cfg.MinQuorum)
+	l.c.noQuorum.Store(&why)
+}
+
+// noQuorumReason says why a node in state qs counts no quorum, "" if it
+// counts one.
+func noQuorumReason(qs machine.QuorumState, minQuorum int) string {
+	switch {
+	case qs.OK:
+		return ""
+	case minQuorum > 0:
+		return fmt.Sprintf("reaches fewer than MinQuorum (%d) members", minQuorum)
+	case qs.Stable == 0:
+		return "no stable membership yet"
+	case qs.Outdated:
+		return "outdated: a member shows a newer stable membership, which this node is asking for"
+	case qs.Doubt:
+		return "in doubt: it heard a newer stable membership of which it knows no quorum"
+	default:
+		return fmt.Sprintf("reaches %d of the %d stable members, not a majority", qs.Reached, qs.Stable)
+	}
+}
+
 // warnQuorum logs, once per loss, a quorum missing for StepDown (the
 // leases have ended), with what this node counts against.
 func (l *loop) warnQuorum() {
@@ -531,7 +565,7 @@ func (l *loop) warnQuorum() {
 	l.warned = true
 	st := l.m.Stable()
 	c.log.Warn("no quorum for StepDown: leases ended; claiming nothing until a quorum of the stable membership is seen",
-		"stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "unheard", l.unheard, "step_down", c.cfg.StepDown)
+		"why", noQuorumReason(l.m.QuorumState(), c.cfg.MinQuorum), "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "unheard", l.unheard, "step_down", c.cfg.StepDown)
 }
 
 func (l *loop) viewNames() []string {

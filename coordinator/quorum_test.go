@@ -59,7 +59,7 @@ func TestCrashThenLeaveLastNodeKeepsQuorum(t *testing.T) {
 // nothing at Info or Warn, and Status had no quorum field. When two of
 // three nodes crash at once, the survivor warns exactly once (not once a
 // tick), and Status shows no quorum against the stable membership of all
-// three.
+// three, and why (NoQuorum).
 func TestNoQuorumWarnsOnceAndStatusSaysWhy(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
@@ -68,8 +68,9 @@ func TestNoQuorumWarnsOnceAndStatusSaysWhy(t *testing.T) {
 	tc := newTestCluster(t, func(c *Config) { c.Logger = slog.New(logs) })
 	tc.startNodes(ctx, "r", 3)
 	last := tc.node("r0")
-	if st := last.c.Status(); !st.Quorum || !slices.Equal(st.Stable, []string{"r0", "r1", "r2"}) {
-		t.Fatalf("a healthy 3-node cluster: quorum %v, stable %v", st.Quorum, st.Stable)
+	healthy := last.c.Status()
+	if !healthy.Quorum || healthy.NoQuorum != "" || healthy.StableVersion == 0 || !slices.Equal(healthy.Stable, []string{"r0", "r1", "r2"}) {
+		t.Fatalf("a healthy 3-node cluster: quorum %v (%q), stable %v (version %d)", healthy.Quorum, healthy.NoQuorum, healthy.Stable, healthy.StableVersion)
 	}
 	tc.remove("r1").c.Close()
 	tc.remove("r2").c.Close()
@@ -78,8 +79,11 @@ func TestNoQuorumWarnsOnceAndStatusSaysWhy(t *testing.T) {
 	hold := time.NewTimer(4 * last.c.cfg.StepDown)
 	<-hold.C
 	st := last.c.Status()
-	if st.Quorum || !slices.Equal(st.Stable, []string{"r0", "r1", "r2"}) {
-		t.Fatalf("survivor of two crashes: quorum %v, stable %v", st.Quorum, st.Stable)
+	if st.Quorum || !slices.Equal(st.Stable, []string{"r0", "r1", "r2"}) || st.StableVersion != healthy.StableVersion {
+		t.Fatalf("survivor of two crashes: quorum %v, stable %v (version %d, was %d)", st.Quorum, st.Stable, st.StableVersion, healthy.StableVersion)
+	}
+	if want := "reaches 1 of the 3 stable members, not a majority"; st.NoQuorum != want {
+		t.Fatalf("survivor of two crashes says %q, want %q", st.NoQuorum, want)
 	}
 	if w := noQuorumWarnings(logs, "r0"); len(w) != 1 {
 		t.Fatalf("the survivor warned %d times about its quorum, want once: %v", len(w), w)
@@ -148,5 +152,27 @@ func TestQuorumWarningWaitsForStepDown(t *testing.T) {
 	}
 	if st := c.Status(); st.Quorum {
 		t.Fatal("Status reports a quorum it lost")
+	}
+}
+
+// Status.NoQuorum's reasons, one per way a quorum can be missing, as its
+// doc lists them.
+func TestNoQuorumReasons(t *testing.T) {
+	for _, c := range []struct {
+		qs   machine.QuorumState
+		min  int
+		want string
+	}{
+		{machine.QuorumState{OK: true, Reached: 3, Stable: 3}, 0, ""},
+		{machine.QuorumState{OK: true, Reached: 1}, 1, ""},
+		{machine.QuorumState{}, 0, "no stable membership yet"},
+		{machine.QuorumState{Reached: 0}, 2, "reaches fewer than MinQuorum (2) members"},
+		{machine.QuorumState{Outdated: true, Reached: 3, Stable: 3}, 0, "outdated: a member shows a newer stable membership, which this node is asking for"},
+		{machine.QuorumState{Doubt: true, Reached: 3, Stable: 3}, 0, "in doubt: it heard a newer stable membership of which it knows no quorum"},
+		{machine.QuorumState{Reached: 2, Stable: 5}, 0, "reaches 2 of the 5 stable members, not a majority"},
+	} {
+		if got := noQuorumReason(c.qs, c.min); got != c.want {
+			t.Errorf("%+v, MinQuorum %d: %q, want %q", c.qs, c.min, got, c.want)
+		}
 	}
 }

@@ -22,7 +22,13 @@ import (
 //	started           bool     Start has run and a table exists
 //	converged         bool     every partition is held by its ring owner, as this node sees it (see WaitConverged)
 //	quorum            bool     this node sees a quorum of the stable membership (L4)
+//	no_quorum         string   why quorum is false, "" while it is true: "no stable membership yet";
+//	                           "outdated: ..." (a member shows a newer stable membership);
+//	                           "in doubt: ..." (it heard a newer one it knows no quorum of);
+//	                           "reaches R of the S stable members, not a majority"; or, with
+//	                           MinQuorum, "reaches fewer than MinQuorum (M) members"
 //	stable            []string the stable membership quorum is counted against; empty: not reported
+//	stable_version    number   its version: every change of the stable membership adds one; 0: none
 //	unreachable       []string members this node's own pings don't reach (three in a row, or
 //	                           all while its pings say it reaches under half its view):
 //	                           they are in its view but don't count for its quorum
@@ -87,7 +93,9 @@ type Status struct {
 	Started         bool              `json:"started"`
 	Converged       bool              `json:"converged"`
 	Quorum          bool              `json:"quorum"`
+	NoQuorum        string            `json:"no_quorum"`
 	Stable          []string          `json:"stable"`
+	StableVersion   uint64            `json:"stable_version"`
 	Unreachable     []string          `json:"unreachable"`
 	Unheard         []string          `json:"unheard"`
 	Lag             time.Duration     `json:"lag_ns"`
@@ -138,6 +146,7 @@ func hex16(v uint64) string { return fmt.Sprintf("%016x", v) }
 
 // Status returns a snapshot of this node's view.
 func (c *Coordinator) Status() Status {
+	stable := c.stable.Load()
 	s := Status{
 		Node:            c.self.Name,
 		Incarnation:     hex16(c.self.Incarnation),
@@ -148,12 +157,21 @@ func (c *Coordinator) Status() Status {
 		Members:         []MemberStatus{},
 		Partitions:      []PartitionStatus{},
 		Quorum:          c.quorumOK.Load(),
-		Stable:          append([]string{}, c.stable.Load().Members...),
+		Stable:          append([]string{}, stable.Members...),
+		StableVersion:   stable.Version,
 		Unreachable:     []string{},
 		Unheard:         []string{},
 		Lag:             time.Duration(c.lag.Load()),
 	}
 	s.Late = s.Lag > lagLimit(c.cfg)
+	if !s.Quorum {
+		// The loop publishes the reason after it publishes the quorum: a
+		// read between the two finds the last reason, or none yet.
+		s.NoQuorum = "no stable membership yet"
+		if why := c.noQuorum.Load(); why != nil && *why != "" {
+			s.NoQuorum = *why
+		}
+	}
 	v := c.view.Load()
 	if v != nil {
 		s.Unreachable = append(s.Unreachable, v.unreachable...)

@@ -128,7 +128,7 @@ func TestStatusPageLive(t *testing.T) {
 	st := nodes[0].Status()
 	checkMap(t, s, st)
 	check(t, len(s.Members) == 3, "members table lists %v", s.Members)
-	check(t, strings.Contains(s.Health, "converged yes") && strings.Contains(s.Health, "quorum yes (stable set of 3)"), "health reads %q", s.Health)
+	check(t, strings.Contains(s.Health, "converged yes") && strings.Contains(s.Health, fmt.Sprintf("quorum yes (stable set of 3, v%d)", st.StableVersion)), "health reads %q", s.Health)
 	check(t, len(s.Swatches) == 3, "legend %v", s.Swatches)
 	Screenshot(t, b, "status-page-3-nodes")
 

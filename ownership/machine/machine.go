@@ -433,6 +433,29 @@ func (m *Machine) Quorum() bool { return m.q.ok }
 // Stable returns the stable membership quorum is counted against.
 func (m *Machine) Stable() quorum.Stable { return m.q.stable }
 
+// QuorumState is what a node's quorum rests on, to say why it has none.
+type QuorumState struct {
+	// OK: the node counts a quorum (Quorum).
+	OK bool
+	// Outdated: a member of the view shows a newer stable membership
+	// (within MaxStableJump) than the node holds: it counts no quorum
+	// until it learns that one.
+	Outdated bool
+	// Doubt: the node heard a newer stable membership of which it knows no
+	// quorum: it counts no quorum until that expires or the view grows to
+	// hold a quorum of it.
+	Doubt bool
+	// Reached is how many members of the stable membership the node
+	// reaches (in its view, and not unreachable), itself included.
+	Reached int
+	// Stable is how many members the stable membership has; 0 while the
+	// node holds none.
+	Stable int
+}
+
+// QuorumState returns what the node's quorum rests on now.
+func (m *Machine) QuorumState() QuorumState { return m.q.state() }
+
 // Idle reports whether no partition is held or in transit and no handler
 // call runs: after Leave, the shell waits for Idle before leaving the
 // membership.

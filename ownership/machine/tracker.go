@@ -240,6 +240,12 @@ func (q *tracker) eval(now uint64) bool {
 	return changed
 }
 
+// state is what the quorum rests on (Machine.QuorumState).
+func (q *tracker) state() QuorumState {
+	return QuorumState{OK: q.ok, Outdated: q.outdated, Doubt: q.doubt,
+		Reached: quorum.Count(q.stable.Members, q.reached), Stable: len(q.stable.Members)}
+}
+
 // count reports whether seen holds a quorum of the stable membership.
 func (q *tracker) count(seen []string) bool {
 	if q.knobs != nil && q.knobs.HalfIsQuorum {

@@ -315,3 +315,43 @@ func TestQuorumWaitsForAStepItCanHear(t *testing.T) {
 		}
 	}
 }
+
+// QuorumState says what a missing quorum rests on: no stable membership,
+// a minority reached, a member showing a newer set (outdated), or a newer
+// set heard of which no quorum is known (doubt).
+func TestQuorumStateSaysWhy(t *testing.T) {
+	s3 := quorum.NewStable(3, []string{"a", "b", "c"})
+	view := func(id quorum.StableID, unreachable ...string) []ViewMember {
+		var v []ViewMember
+		for _, n := range []string{"a", "b", "c"} {
+			v = append(v, ViewMember{Name: n, Stable: id, Unreachable: slices.Contains(unreachable, n)})
+		}
+		return v
+	}
+	want := func(q *tracker, w QuorumState) {
+		t.Helper()
+		if got := q.state(); got != w {
+			t.Fatalf("state %+v, want %+v", got, w)
+		}
+	}
+	fresh := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16}
+	fresh.setView(1, view(quorum.StableID{}), nil)
+	want(fresh, QuorumState{})
+
+	q := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: s3}
+	q.setView(1, view(s3.ID()), nil)
+	want(q, QuorumState{OK: true, Reached: 3, Stable: 3})
+	q.setView(2, view(s3.ID(), "b", "c"), nil)
+	want(q, QuorumState{Reached: 1, Stable: 3})
+	newer := quorum.NewStable(4, []string{"a", "b", "c", "d"})
+	stepped := view(s3.ID())
+	stepped[1].Stable = newer.ID()
+	q.setView(3, stepped, nil)
+	want(q, QuorumState{Outdated: true, Reached: 3, Stable: 3})
+
+	d := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: s3}
+	d.setView(1, view(s3.ID()), nil)
+	d.heard(2, quorum.NewStable(4, []string{"a", "w", "x", "y", "z"}))
+	d.setView(2, view(s3.ID()), nil)
+	want(d, QuorumState{Doubt: true, Reached: 3, Stable: 3})
+}
