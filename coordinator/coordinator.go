@@ -55,7 +55,7 @@ type Coordinator struct {
 	meta     atomic.Pointer[[]byte]
 	quorumOK atomic.Bool
 	noQuorum atomic.Pointer[string] // why this node counts no quorum, as the loop last saw it (Status.NoQuorum)
-	lag      atomic.Int64 // the loop's lag (a time.Duration), for Status
+	lag      atomic.Int64           // the loop's lag (a time.Duration), for Status
 
 	ml         *memberlist.Memberlist // set by Start, under lifeMu, before started
 	mlp        atomic.Pointer[memberlist.Memberlist]
