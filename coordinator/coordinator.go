@@ -49,13 +49,13 @@ type Coordinator struct {
 	leases *registry // written by the loop only; Lease reads its served slots
 	stable atomic.Pointer[quorum.Stable]
 
-	pushMu   sync.Mutex // serializes memberlist's UpdateNode
-	metaMu   sync.Mutex
-	metaVal  meta
-	meta     atomic.Pointer[[]byte]
-	quorumOK atomic.Bool
-	noQuorum atomic.Pointer[string] // why this node counts no quorum, as the loop last saw it (Status.NoQuorum)
-	lag      atomic.Int64           // the loop's lag (a time.Duration), for Status
+	pushMu     sync.Mutex // serializes memberlist's UpdateNode
+	metaMu     sync.Mutex
+	metaVal    meta
+	meta       atomic.Pointer[[]byte]
+	quorumOK   atomic.Bool
+	quorumNote atomic.Pointer[quorumNote] // the quorum and why there is none, as the loop last saw them (Status)
+	lag        atomic.Int64               // the loop's lag (a time.Duration), for Status
 
 	ml         *memberlist.Memberlist // set by Start, under lifeMu, before started
 	mlp        atomic.Pointer[memberlist.Memberlist]

@@ -524,32 +524,42 @@ func (l *loop) quorum(ok bool) {
 	c.log.Debug("no quorum", "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "unheard", l.unheard)
 }
 
-// noteQuorumState publishes why this node counts no quorum, for Status,
-// when that changed.
+// noteQuorumState publishes the quorum and why this node counts none, for
+// Status, when they changed. One pointer holds both, so Status never
+// pairs a quorum with another moment's reason.
 func (l *loop) noteQuorumState() {
 	qs := l.m.QuorumState()
-	if qs == l.qs && l.c.noQuorum.Load() != nil {
+	if qs == l.qs && l.c.quorumNote.Load() != nil {
 		return
 	}
 	l.qs = qs
-	why := noQuorumReason(qs, l.c.cfg.MinQuorum)
-	l.c.noQuorum.Store(&why)
+	l.c.quorumNote.Store(&quorumNote{ok: qs.OK, why: noQuorumReason(qs)})
+}
+
+// quorumNote is the quorum as Status shows it.
+type quorumNote struct {
+	ok  bool
+	why string // "" when ok
 }
 
 // noQuorumReason says why a node in state qs counts no quorum, "" if it
 // counts one.
-func noQuorumReason(qs machine.QuorumState, minQuorum int) string {
+func noQuorumReason(qs machine.QuorumState) string {
 	switch {
 	case qs.OK:
 		return ""
-	case minQuorum > 0:
-		return fmt.Sprintf("reaches fewer than MinQuorum (%d) members", minQuorum)
+	case qs.Min > 0:
+		return fmt.Sprintf("reaches %d members, fewer than MinQuorum (%d)", qs.Members, qs.Min)
+	case qs.Stable == 0 && qs.Outdated:
+		return "no stable membership yet: asking a member that shows one"
 	case qs.Stable == 0:
 		return "no stable membership yet"
 	case qs.Outdated:
 		return "outdated: a member shows a newer stable membership, which this node is asking for"
 	case qs.Doubt:
 		return "in doubt: it heard a newer stable membership of which it knows no quorum"
+	case qs.Members > qs.Reached:
+		return fmt.Sprintf("reaches %d of the %d stable members, not a majority (and %d members outside it)", qs.Reached, qs.Stable, qs.Members-qs.Reached)
 	default:
 		return fmt.Sprintf("reaches %d of the %d stable members, not a majority", qs.Reached, qs.Stable)
 	}
@@ -562,10 +572,14 @@ func (l *loop) warnQuorum() {
 	if l.warned || c.quorumOK.Load() || c.leaving.Load() || c.cfg.Clock.Now().Sub(l.lostAt) < c.cfg.StepDown {
 		return
 	}
+	why := noQuorumReason(l.m.QuorumState())
+	if why == "" {
+		return // the tick that ran just now brought it back
+	}
 	l.warned = true
 	st := l.m.Stable()
 	c.log.Warn("no quorum for StepDown: leases ended; claiming nothing until a quorum of the stable membership is seen",
-		"why", noQuorumReason(l.m.QuorumState(), c.cfg.MinQuorum), "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "unheard", l.unheard, "step_down", c.cfg.StepDown)
+		"why", why, "stable", st.Members, "stable_version", st.Version, "sees", l.viewNames(), "unreachable", l.unreach, "unheard", l.unheard, "step_down", c.cfg.StepDown)
 }
 
 func (l *loop) viewNames() []string {

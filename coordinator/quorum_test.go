@@ -160,19 +160,20 @@ func TestQuorumWarningWaitsForStepDown(t *testing.T) {
 func TestNoQuorumReasons(t *testing.T) {
 	for _, c := range []struct {
 		qs   machine.QuorumState
-		min  int
 		want string
 	}{
-		{machine.QuorumState{OK: true, Reached: 3, Stable: 3}, 0, ""},
-		{machine.QuorumState{OK: true, Reached: 1}, 1, ""},
-		{machine.QuorumState{}, 0, "no stable membership yet"},
-		{machine.QuorumState{Reached: 0}, 2, "reaches fewer than MinQuorum (2) members"},
-		{machine.QuorumState{Outdated: true, Reached: 3, Stable: 3}, 0, "outdated: a member shows a newer stable membership, which this node is asking for"},
-		{machine.QuorumState{Doubt: true, Reached: 3, Stable: 3}, 0, "in doubt: it heard a newer stable membership of which it knows no quorum"},
-		{machine.QuorumState{Reached: 2, Stable: 5}, 0, "reaches 2 of the 5 stable members, not a majority"},
+		{machine.QuorumState{OK: true, Reached: 3, Stable: 3, Members: 3}, ""},
+		{machine.QuorumState{OK: true, Min: 1, Members: 1}, ""},
+		{machine.QuorumState{}, "no stable membership yet"},
+		{machine.QuorumState{Outdated: true, Members: 2}, "no stable membership yet: asking a member that shows one"},
+		{machine.QuorumState{Min: 2, Members: 1}, "reaches 1 members, fewer than MinQuorum (2)"},
+		{machine.QuorumState{Outdated: true, Reached: 3, Stable: 3, Members: 3}, "outdated: a member shows a newer stable membership, which this node is asking for"},
+		{machine.QuorumState{Doubt: true, Reached: 3, Stable: 3, Members: 3}, "in doubt: it heard a newer stable membership of which it knows no quorum"},
+		{machine.QuorumState{Reached: 2, Stable: 5, Members: 2}, "reaches 2 of the 5 stable members, not a majority"},
+		{machine.QuorumState{Reached: 2, Stable: 5, Members: 4}, "reaches 2 of the 5 stable members, not a majority (and 2 members outside it)"},
 	} {
-		if got := noQuorumReason(c.qs, c.min); got != c.want {
-			t.Errorf("%+v, MinQuorum %d: %q, want %q", c.qs, c.min, got, c.want)
+		if got := noQuorumReason(c.qs); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.qs, got, c.want)
 		}
 	}
 }

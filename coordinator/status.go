@@ -22,13 +22,16 @@ import (
 //	started           bool     Start has run and a table exists
 //	converged         bool     every partition is held by its ring owner, as this node sees it (see WaitConverged)
 //	quorum            bool     this node sees a quorum of the stable membership (L4)
-//	no_quorum         string   why quorum is false, "" while it is true: "no stable membership yet";
-//	                           "outdated: ..." (a member shows a newer stable membership);
-//	                           "in doubt: ..." (it heard a newer one it knows no quorum of);
-//	                           "reaches R of the S stable members, not a majority"; or, with
-//	                           MinQuorum, "reaches fewer than MinQuorum (M) members"
-//	stable            []string the stable membership quorum is counted against; empty: not reported
-//	stable_version    number   its version: every change of the stable membership adds one; 0: none
+//	no_quorum         string   why quorum is false, "" while it is true: "not started";
+//	                           "no stable membership yet..."; "outdated: ..." (a member shows
+//	                           a newer stable membership); "in doubt: ..." (it heard a newer
+//	                           one it knows no quorum of); "reaches R of the S stable members,
+//	                           not a majority..."; or, with MinQuorum, "reaches N members,
+//	                           fewer than MinQuorum (M)"
+//	stable            []string the stable membership quorum is counted against; empty: none yet
+//	stable_version    number   its version, 0 for none: higher is newer; a node that adopts a
+//	                           newer set may skip versions, and two sides of a split can each
+//	                           make a different set of one version
 //	unreachable       []string members this node's own pings don't reach (three in a row, or
 //	                           all while its pings say it reaches under half its view):
 //	                           they are in its view but don't count for its quorum
@@ -156,7 +159,6 @@ func (c *Coordinator) Status() Status {
 		StaleRejections: counterValue(c.metrics.staleRejections),
 		Members:         []MemberStatus{},
 		Partitions:      []PartitionStatus{},
-		Quorum:          c.quorumOK.Load(),
 		Stable:          append([]string{}, stable.Members...),
 		StableVersion:   stable.Version,
 		Unreachable:     []string{},
@@ -164,13 +166,9 @@ func (c *Coordinator) Status() Status {
 		Lag:             time.Duration(c.lag.Load()),
 	}
 	s.Late = s.Lag > lagLimit(c.cfg)
-	if !s.Quorum {
-		// The loop publishes the reason after it publishes the quorum: a
-		// read between the two finds the last reason, or none yet.
-		s.NoQuorum = "no stable membership yet"
-		if why := c.noQuorum.Load(); why != nil && *why != "" {
-			s.NoQuorum = *why
-		}
+	s.Quorum, s.NoQuorum = false, "not started"
+	if q := c.quorumNote.Load(); q != nil {
+		s.Quorum, s.NoQuorum = q.ok, q.why
 	}
 	v := c.view.Load()
 	if v != nil {

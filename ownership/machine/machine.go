@@ -437,13 +437,17 @@ func (m *Machine) Stable() quorum.Stable { return m.q.stable }
 type QuorumState struct {
 	// OK: the node counts a quorum (Quorum).
 	OK bool
+	// Min is Config.MinQuorum: when above 0, OK is Members >= Min and the
+	// rest does not count.
+	Min int
 	// Outdated: a member of the view shows a newer stable membership
 	// (within MaxStableJump) than the node holds: it counts no quorum
 	// until it learns that one.
 	Outdated bool
 	// Doubt: the node heard a newer stable membership of which it knows no
-	// quorum: it counts no quorum until that expires or the view grows to
-	// hold a quorum of it.
+	// quorum (in its view and its own set): it counts no quorum until that
+	// expires, StableAfter after it was last heard, or it knows a quorum
+	// of it.
 	Doubt bool
 	// Reached is how many members of the stable membership the node
 	// reaches (in its view, and not unreachable), itself included.
@@ -451,6 +455,9 @@ type QuorumState struct {
 	// Stable is how many members the stable membership has; 0 while the
 	// node holds none.
 	Stable int
+	// Members is how many members of the view the node reaches, itself
+	// included, in the stable membership or not.
+	Members int
 }
 
 // QuorumState returns what the node's quorum rests on now.

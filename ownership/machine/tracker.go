@@ -242,8 +242,8 @@ func (q *tracker) eval(now uint64) bool {
 
 // state is what the quorum rests on (Machine.QuorumState).
 func (q *tracker) state() QuorumState {
-	return QuorumState{OK: q.ok, Outdated: q.outdated, Doubt: q.doubt,
-		Reached: quorum.Count(q.stable.Members, q.reached), Stable: len(q.stable.Members)}
+	return QuorumState{OK: q.ok, Min: q.min, Outdated: q.outdated, Doubt: q.doubt,
+		Reached: quorum.Count(q.stable.Members, q.reached), Stable: len(q.stable.Members), Members: len(q.reached)}
 }
 
 // count reports whether seen holds a quorum of the stable membership.

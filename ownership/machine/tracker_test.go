@@ -317,8 +317,9 @@ func TestQuorumWaitsForAStepItCanHear(t *testing.T) {
 }
 
 // QuorumState says what a missing quorum rests on: no stable membership,
-// a minority reached, a member showing a newer set (outdated), or a newer
-// set heard of which no quorum is known (doubt).
+// a minority reached, a member showing a newer set (outdated), a newer set
+// heard of which no quorum is known (doubt), or fewer members than
+// MinQuorum.
 func TestQuorumStateSaysWhy(t *testing.T) {
 	s3 := quorum.NewStable(3, []string{"a", "b", "c"})
 	view := func(id quorum.StableID, unreachable ...string) []ViewMember {
@@ -336,22 +337,28 @@ func TestQuorumStateSaysWhy(t *testing.T) {
 	}
 	fresh := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16}
 	fresh.setView(1, view(quorum.StableID{}), nil)
-	want(fresh, QuorumState{})
+	want(fresh, QuorumState{Members: 3})
 
 	q := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: s3}
 	q.setView(1, view(s3.ID()), nil)
-	want(q, QuorumState{OK: true, Reached: 3, Stable: 3})
+	want(q, QuorumState{OK: true, Reached: 3, Stable: 3, Members: 3})
 	q.setView(2, view(s3.ID(), "b", "c"), nil)
-	want(q, QuorumState{Reached: 1, Stable: 3})
+	want(q, QuorumState{Reached: 1, Stable: 3, Members: 1})
 	newer := quorum.NewStable(4, []string{"a", "b", "c", "d"})
 	stepped := view(s3.ID())
 	stepped[1].Stable = newer.ID()
 	q.setView(3, stepped, nil)
-	want(q, QuorumState{Outdated: true, Reached: 3, Stable: 3})
+	want(q, QuorumState{Outdated: true, Reached: 3, Stable: 3, Members: 3})
 
 	d := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: s3}
 	d.setView(1, view(s3.ID()), nil)
 	d.heard(2, quorum.NewStable(4, []string{"a", "w", "x", "y", "z"}))
 	d.setView(2, view(s3.ID()), nil)
-	want(d, QuorumState{Doubt: true, Reached: 3, Stable: 3})
+	want(d, QuorumState{Doubt: true, Reached: 3, Stable: 3, Members: 3})
+
+	m := &tracker{self: "a", min: 2, stableAfter: 5, retry: 4, maxRetry: 16, stable: s3}
+	m.setView(1, view(s3.ID(), "b", "c"), nil)
+	want(m, QuorumState{Min: 2, Reached: 1, Stable: 3, Members: 1})
+	m.setView(2, view(s3.ID(), "c"), nil)
+	want(m, QuorumState{OK: true, Min: 2, Reached: 2, Stable: 3, Members: 2})
 }
