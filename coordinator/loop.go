@@ -549,7 +549,7 @@ func noQuorumReason(qs machine.QuorumState) string {
 	case qs.OK:
 		return ""
 	case qs.Min > 0:
-		return fmt.Sprintf("reaches %d members, fewer than MinQuorum (%d)", qs.Members, qs.Min)
+		return fmt.Sprintf("reaches %s, fewer than MinQuorum (%d)", nMembers(qs.Members), qs.Min)
 	case qs.Stable == 0 && qs.Outdated:
 		return "no stable membership yet: asking a member that shows one"
 	case qs.Stable == 0:
@@ -559,10 +559,18 @@ func noQuorumReason(qs machine.QuorumState) string {
 	case qs.Doubt:
 		return "in doubt: it heard a newer stable membership of which it knows no quorum"
 	case qs.Members > qs.Reached:
-		return fmt.Sprintf("reaches %d of the %d stable members, not a majority (and %d members outside it)", qs.Reached, qs.Stable, qs.Members-qs.Reached)
+		return fmt.Sprintf("reaches %d of the %d stable members, not a majority (and %s outside it)", qs.Reached, qs.Stable, nMembers(qs.Members-qs.Reached))
 	default:
 		return fmt.Sprintf("reaches %d of the %d stable members, not a majority", qs.Reached, qs.Stable)
 	}
+}
+
+// nMembers is "1 member" or "n members".
+func nMembers(n int) string {
+	if n == 1 {
+		return "1 member"
+	}
+	return fmt.Sprintf("%d members", n)
 }
 
 // warnQuorum logs, once per loss, a quorum missing for StepDown (the

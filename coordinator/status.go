@@ -26,7 +26,7 @@ import (
 //	                           "no stable membership yet..."; "outdated: ..." (a member shows
 //	                           a newer stable membership); "in doubt: ..." (it heard a newer
 //	                           one it knows no quorum of); "reaches R of the S stable members,
-//	                           not a majority..."; or, with MinQuorum, "reaches N members,
+//	                           not a majority..."; or, with MinQuorum, "reaches N member(s),
 //	                           fewer than MinQuorum (M)"
 //	stable            []string the stable membership quorum is counted against; empty: none yet
 //	stable_version    number   its version, 0 for none: higher is newer; a node that adopts a

@@ -437,8 +437,8 @@ func (m *Machine) Stable() quorum.Stable { return m.q.stable }
 type QuorumState struct {
 	// OK: the node counts a quorum (Quorum).
 	OK bool
-	// Min is Config.MinQuorum: when above 0, OK is Members >= Min and the
-	// rest does not count.
+	// Min is the Config's MinQuorum: when above 0, OK is Members >= Min
+	// and the rest does not count.
 	Min int
 	// Outdated: a member of the view shows a newer stable membership
 	// (within MaxStableJump) than the node holds: it counts no quorum
