@@ -388,9 +388,13 @@ type StatusResponse struct {
 	// Partitions by state, as the status page marks them: released or held
 	// by a node that left (moving), held by a member other than their ring
 	// owner (elsewhere), never claimed (unowned).
-	Moving        uint32 `protobuf:"varint,13,opt,name=moving,proto3" json:"moving,omitempty"`
-	Elsewhere     uint32 `protobuf:"varint,14,opt,name=elsewhere,proto3" json:"elsewhere,omitempty"`
-	Unowned       uint32 `protobuf:"varint,15,opt,name=unowned,proto3" json:"unowned,omitempty"`
+	Moving    uint32 `protobuf:"varint,13,opt,name=moving,proto3" json:"moving,omitempty"`
+	Elsewhere uint32 `protobuf:"varint,14,opt,name=elsewhere,proto3" json:"elsewhere,omitempty"`
+	Unowned   uint32 `protobuf:"varint,15,opt,name=unowned,proto3" json:"unowned,omitempty"`
+	// Why quorum is false, "" while it is true (as the status page's
+	// no_quorum), and the stable membership's version (stable_version).
+	NoQuorum      string `protobuf:"bytes,16,opt,name=no_quorum,json=noQuorum,proto3" json:"no_quorum,omitempty"`
+	StableVersion uint64 `protobuf:"varint,17,opt,name=stable_version,json=stableVersion,proto3" json:"stable_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -530,6 +534,20 @@ func (x *StatusResponse) GetUnowned() uint32 {
 	return 0
 }
 
+func (x *StatusResponse) GetNoQuorum() string {
+	if x != nil {
+		return x.NoQuorum
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetStableVersion() uint64 {
+	if x != nil {
+		return x.StableVersion
+	}
+	return 0
+}
+
 type MemberStatus struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -651,7 +669,7 @@ const file_ownership_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x03 \x03(\v2#.tenure.ownership.v1.PartitionOwnerR\n" +
 	"partitions\"\x0f\n" +
-	"\rStatusRequest\"\xd9\x03\n" +
+	"\rStatusRequest\"\x9d\x04\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12 \n" +
@@ -668,7 +686,9 @@ const file_ownership_proto_rawDesc = "" +
 	"\amembers\x18\f \x03(\v2!.tenure.ownership.v1.MemberStatusR\amembers\x12\x16\n" +
 	"\x06moving\x18\r \x01(\rR\x06moving\x12\x1c\n" +
 	"\telsewhere\x18\x0e \x01(\rR\telsewhere\x12\x18\n" +
-	"\aunowned\x18\x0f \x01(\rR\aunowned\"\xcc\x01\n" +
+	"\aunowned\x18\x0f \x01(\rR\aunowned\x12\x1b\n" +
+	"\tno_quorum\x18\x10 \x01(\tR\bnoQuorum\x12%\n" +
+	"\x0estable_version\x18\x11 \x01(\x04R\rstableVersion\"\xcc\x01\n" +
 	"\fMemberStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vgossip_addr\x18\x02 \x01(\tR\n" +

@@ -120,6 +120,7 @@ func (s *OwnershipService) Status(context.Context, *pb.StatusRequest) (*pb.Statu
 		Node: st.Node, Cluster: st.Cluster, Incarnation: st.Incarnation, Started: st.Started,
 		Converged: st.Converged, Quorum: st.Quorum, Stable: st.Stable, Leaving: st.Leaving,
 		StaleRejections: st.StaleRejections, PartitionCount: uint32(st.PartitionCount), Owned: uint32(st.Owned),
+		NoQuorum: st.NoQuorum, StableVersion: st.StableVersion,
 	}
 	for _, m := range st.Members {
 		resp.Members = append(resp.Members, &pb.MemberStatus{

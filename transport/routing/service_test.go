@@ -9,6 +9,7 @@ import (
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tenure-go/tenure/coordinator"
 	"github.com/tenure-go/tenure/coordinator/tenuretest"
 	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
@@ -108,7 +109,7 @@ func TestOwnershipService(t *testing.T) {
 	st, err := oc.Status(ctx, &pb.StatusRequest{})
 	if err != nil || st.GetNode() != "solo" || !st.GetStarted() || st.GetPartitionCount() != uint32(c.Table().Partitions()) ||
 		len(st.GetMembers()) != 1 || !st.GetMembers()[0].GetSelf() || st.GetMembers()[0].GetHeld() != st.GetPartitionCount() ||
-		len(st.GetIncarnation()) != 16 {
+		len(st.GetIncarnation()) != 16 || !st.GetQuorum() || st.GetNoQuorum() != "" || st.GetStableVersion() != c.Status().StableVersion {
 		t.Fatalf("status %v: %v", st, err)
 	}
 
@@ -194,5 +195,32 @@ func TestOwnershipServiceBatches(t *testing.T) {
 	}
 	if _, err := NewOwnershipService(OwnershipServiceConfig{Source: c, PollInterval: -1}); err == nil {
 		t.Fatal("a negative poll interval")
+	}
+}
+
+// noQuorumSource is a node that counts no quorum, and says why.
+type noQuorumSource struct{ *coordinator.Coordinator }
+
+func (s noQuorumSource) Status() coordinator.Status {
+	st := s.Coordinator.Status()
+	st.Quorum, st.NoQuorum, st.StableVersion = false, "reaches 1 of the 3 stable members, not a majority", 7
+	return st
+}
+
+// The Status call carries why a node has no quorum, and its stable
+// membership's version, as the status page does.
+func TestStatusSaysWhyNoQuorum(t *testing.T) {
+	c := singleNode(t, "solo-addr", nil)
+	svc, err := NewOwnershipService(OwnershipServiceConfig{Source: noQuorumSource{c}, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newBufNet(t)
+	n.serve("solo", func(s *grpc.Server) { svc.Register(s) })
+	oc := pb.NewOwnershipClient(directConn(t, n, "solo"))
+	ctx := testkit.Ctx(t, 20*time.Second)
+	st, err := oc.Status(ctx, &pb.StatusRequest{})
+	if err != nil || st.GetQuorum() || st.GetNoQuorum() != "reaches 1 of the 3 stable members, not a majority" || st.GetStableVersion() != 7 {
+		t.Fatalf("status %v: %v", st, err)
 	}
 }

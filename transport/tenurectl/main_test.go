@@ -119,12 +119,15 @@ func TestAgainstCluster(t *testing.T) {
 
 	code, out, _ = ctl(ctx, "-addr", addr, "status")
 	t.Logf("tenurectl status:\n%s", out)
-	if code != 0 || !strings.Contains(out, "converged yes") || !strings.Contains(out, "node-0 (this node)") || strings.Count(out, "127.0.0.1:") != 3 {
+	version := cl.Node("node-0").Status().StableVersion
+	if code != 0 || !strings.Contains(out, "converged yes") || !strings.Contains(out, fmt.Sprintf("quorum yes (stable set of 3, v%d)", version)) ||
+		!strings.Contains(out, "node-0 (this node)") || strings.Count(out, "127.0.0.1:") != 3 {
 		t.Fatalf("status: %d %q", code, out)
 	}
 	code, out, _ = ctl(ctx, "-addr", addr, "-json", "status")
 	var st map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st["node"] != "node-0" || st["partition_count"] != 32.0 || len(st["members"].([]any)) != 3 {
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st["node"] != "node-0" || st["partition_count"] != 32.0 || len(st["members"].([]any)) != 3 ||
+		st["no_quorum"] != "" || st["stable_version"] != float64(version) {
 		t.Fatalf("status -json: %d %q", code, out)
 	}
 
@@ -182,4 +185,24 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// The quorum on the status line: why there is none, when the node says.
+func TestQuorumText(t *testing.T) {
+	for _, c := range []struct {
+		s    statusJSON
+		want string
+	}{
+		{statusJSON{Quorum: true, Stable: []string{"a", "b", "c"}, StableVersion: 4}, "yes (stable set of 3, v4)"},
+		{statusJSON{Stable: []string{"a", "b", "c"}, StableVersion: 4, NoQuorum: "reaches 1 of the 3 stable members, not a majority"},
+			"NO (stable set of 3, v4): reaches 1 of the 3 stable members, not a majority"},
+		{statusJSON{NoQuorum: "no stable membership yet"}, "NO: no stable membership yet"},
+		{statusJSON{Stable: []string{"a"}, StableVersion: 1}, "NO (stable set of 1, v1)"},
+		{statusJSON{}, "not reported"},
+		{statusJSON{NoQuorum: "in doubt\x1b[2J"}, "NO: " + printable("in doubt\x1b[2J")},
+	} {
+		if got := quorumText(c.s); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.s, got, c.want)
+		}
+	}
 }

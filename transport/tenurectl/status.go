@@ -17,7 +17,9 @@ type statusJSON struct {
 	Started         bool         `json:"started"`
 	Converged       bool         `json:"converged"`
 	Quorum          bool         `json:"quorum"`
+	NoQuorum        string       `json:"no_quorum"`
 	Stable          []string     `json:"stable"`
+	StableVersion   uint64       `json:"stable_version"`
 	Leaving         bool         `json:"leaving"`
 	StaleRejections uint64       `json:"stale_rejections"`
 	PartitionCount  uint32       `json:"partition_count"`
@@ -50,7 +52,8 @@ func (c *cli) status(ctx context.Context, args []string) error {
 		return c.callError("status", err)
 	}
 	s := statusJSON{Node: r.GetNode(), Cluster: r.GetCluster(), Incarnation: r.GetIncarnation(), Started: r.GetStarted(),
-		Converged: r.GetConverged(), Quorum: r.GetQuorum(), Stable: append([]string{}, r.GetStable()...), Leaving: r.GetLeaving(),
+		Converged: r.GetConverged(), Quorum: r.GetQuorum(), NoQuorum: r.GetNoQuorum(), Stable: append([]string{}, r.GetStable()...),
+		StableVersion: r.GetStableVersion(), Leaving: r.GetLeaving(),
 		StaleRejections: r.GetStaleRejections(), PartitionCount: r.GetPartitionCount(), Owned: r.GetOwned(),
 		Moving: r.GetMoving(), Elsewhere: r.GetElsewhere(), Unowned: r.GetUnowned(), Members: []memberJSON{}}
 	for _, m := range r.GetMembers() {
@@ -60,10 +63,7 @@ func (c *cli) status(ctx context.Context, args []string) error {
 	if c.json {
 		return printJSON(c.out, s)
 	}
-	quorum := "not reported"
-	if len(s.Stable) > 0 {
-		quorum = fmt.Sprintf("%s (stable set of %d)", yesNo(s.Quorum), len(s.Stable))
-	}
+	quorum := quorumText(s)
 	fmt.Fprintf(c.out, "node        %s  (cluster %s, incarnation %s)\n", printable(s.Node), printable(s.Cluster), printable(s.Incarnation))
 	if !s.Started {
 		fmt.Fprintln(c.out, "health      no partition table yet: the node has not started or joined")
@@ -85,4 +85,24 @@ func (c *cli) status(ctx context.Context, args []string) error {
 		t.row(name, m.GossipAddr, m.ServiceAddr, fmt.Sprint(m.Held), fmt.Sprint(m.RingShare), fmt.Sprintf("%.1f", m.FairShare))
 	}
 	return t.flush()
+}
+
+// quorumText is the status line's quorum: yes or no, the stable set it is
+// counted against, and why there is none. A node of an older version
+// sends no reason; without a stable set either, it reports nothing.
+func quorumText(s statusJSON) string {
+	set := ""
+	if len(s.Stable) > 0 {
+		set = fmt.Sprintf(" (stable set of %d, v%d)", len(s.Stable), s.StableVersion)
+	}
+	switch {
+	case s.Quorum:
+		return "yes" + set
+	case s.NoQuorum != "":
+		return "NO" + set + ": " + printable(s.NoQuorum)
+	case set != "":
+		return "NO" + set
+	default:
+		return "not reported"
+	}
 }
