@@ -528,18 +528,20 @@ func (l *loop) quorum(ok bool) {
 // Status, when they changed. One pointer holds both, so Status never
 // pairs a quorum with another moment's reason.
 func (l *loop) noteQuorumState() {
-	qs := l.m.QuorumState()
-	if qs == l.qs && l.c.quorumNote.Load() != nil {
+	qs, st := l.m.QuorumState(), l.m.Stable()
+	if last := l.c.quorumNote.Load(); last != nil && qs == l.qs && last.stable.ID() == st.ID() {
 		return
 	}
 	l.qs = qs
-	l.c.quorumNote.Store(&quorumNote{ok: qs.OK, why: noQuorumReason(qs)})
+	l.c.quorumNote.Store(&quorumNote{ok: qs.OK, why: noQuorumReason(qs), stable: st})
 }
 
-// quorumNote is the quorum as Status shows it.
+// quorumNote is the quorum as Status shows it, with the stable membership
+// it was counted against.
 type quorumNote struct {
-	ok  bool
-	why string // "" when ok
+	ok     bool
+	why    string // "" when ok
+	stable quorum.Stable
 }
 
 // noQuorumReason says why a node in state qs counts no quorum, "" if it

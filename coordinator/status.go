@@ -168,7 +168,9 @@ func (c *Coordinator) Status() Status {
 	s.Late = s.Lag > lagLimit(c.cfg)
 	s.Quorum, s.NoQuorum = false, "not started"
 	if q := c.quorumNote.Load(); q != nil {
+		// One snapshot: the reason's counts are of this stable set.
 		s.Quorum, s.NoQuorum = q.ok, q.why
+		s.Stable, s.StableVersion = append([]string{}, q.stable.Members...), q.stable.Version
 	}
 	v := c.view.Load()
 	if v != nil {

@@ -372,8 +372,8 @@ type StatusResponse struct {
 	Started bool `protobuf:"varint,4,opt,name=started,proto3" json:"started,omitempty"`
 	// Every partition is held by its ring owner, as the node sees it.
 	Converged bool `protobuf:"varint,5,opt,name=converged,proto3" json:"converged,omitempty"`
-	// The node sees a quorum of the stable membership (stable, below); while
-	// stable is empty the node does not report quorum.
+	// The node sees a quorum of the stable membership (stable, below), or,
+	// with MinQuorum, enough members.
 	Quorum bool     `protobuf:"varint,6,opt,name=quorum,proto3" json:"quorum,omitempty"`
 	Stable []string `protobuf:"bytes,7,rep,name=stable,proto3" json:"stable,omitempty"`
 	// The node has begun a graceful leave.
@@ -392,7 +392,9 @@ type StatusResponse struct {
 	Elsewhere uint32 `protobuf:"varint,14,opt,name=elsewhere,proto3" json:"elsewhere,omitempty"`
 	Unowned   uint32 `protobuf:"varint,15,opt,name=unowned,proto3" json:"unowned,omitempty"`
 	// Why quorum is false, "" while it is true (as the status page's
-	// no_quorum), and the stable membership's version (stable_version).
+	// no_quorum), and the stable membership's version (stable_version). A
+	// node of an older version sends "" and 0 whatever its quorum: test
+	// quorum, not no_quorum.
 	NoQuorum      string `protobuf:"bytes,16,opt,name=no_quorum,json=noQuorum,proto3" json:"no_quorum,omitempty"`
 	StableVersion uint64 `protobuf:"varint,17,opt,name=stable_version,json=stableVersion,proto3" json:"stable_version,omitempty"`
 	unknownFields protoimpl.UnknownFields

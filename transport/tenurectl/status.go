@@ -89,11 +89,15 @@ func (c *cli) status(ctx context.Context, args []string) error {
 
 // quorumText is the status line's quorum: yes or no, the stable set it is
 // counted against, and why there is none. A node of an older version
-// sends no reason; without a stable set either, it reports nothing.
+// sends neither the reason nor the version; without a stable set either,
+// it reports nothing.
 func quorumText(s statusJSON) string {
 	set := ""
-	if len(s.Stable) > 0 {
+	switch {
+	case len(s.Stable) > 0 && s.StableVersion > 0:
 		set = fmt.Sprintf(" (stable set of %d, v%d)", len(s.Stable), s.StableVersion)
+	case len(s.Stable) > 0: // a node of an older version sends no version
+		set = fmt.Sprintf(" (stable set of %d)", len(s.Stable))
 	}
 	switch {
 	case s.Quorum:
