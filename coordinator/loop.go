@@ -96,7 +96,6 @@ type loop struct {
 	idle    bool                   // idleCh closed
 	warned  bool                   // the no-quorum warning was logged
 	lostAt  time.Time              // when the quorum was last lost
-	qs      machine.QuorumState    // what the quorum rested on at the last perform
 
 	reach   *reach.Check // the reach check's policy and evidence
 	unreach []string     // the members the current view marks Unreachable
@@ -529,18 +528,19 @@ func (l *loop) quorum(ok bool) {
 // pairs a quorum with another moment's reason.
 func (l *loop) noteQuorumState() {
 	qs, st := l.m.QuorumState(), l.m.Stable()
-	if last := l.c.quorumNote.Load(); last != nil && qs == l.qs && last.stable.ID() == st.ID() {
+	// Compared by version and names, not by ID: every perform runs this,
+	// and an ID hashes every name.
+	if last := l.c.quorumNote.Load(); last != nil && qs == last.qs && st.Version == last.stable.Version && slices.Equal(st.Members, last.stable.Members) {
 		return
 	}
-	l.qs = qs
-	l.c.quorumNote.Store(&quorumNote{ok: qs.OK, why: noQuorumReason(qs), stable: st})
+	l.c.quorumNote.Store(&quorumNote{qs: qs, why: noQuorumReason(qs), stable: st})
 }
 
 // quorumNote is the quorum as Status shows it, with the stable membership
 // it was counted against.
 type quorumNote struct {
-	ok     bool
-	why    string // "" when ok
+	qs     machine.QuorumState
+	why    string // "" when qs.OK
 	stable quorum.Stable
 }
 

@@ -149,7 +149,12 @@ func hex16(v uint64) string { return fmt.Sprintf("%016x", v) }
 
 // Status returns a snapshot of this node's view.
 func (c *Coordinator) Status() Status {
-	stable := c.stable.Load()
+	// The loop's quorum snapshot, once it has one: the reason's counts are
+	// of its stable set.
+	stable, ok, why := *c.stable.Load(), false, "not started"
+	if q := c.quorumNote.Load(); q != nil {
+		stable, ok, why = q.stable, q.qs.OK, q.why
+	}
 	s := Status{
 		Node:            c.self.Name,
 		Incarnation:     hex16(c.self.Incarnation),
@@ -159,6 +164,8 @@ func (c *Coordinator) Status() Status {
 		StaleRejections: counterValue(c.metrics.staleRejections),
 		Members:         []MemberStatus{},
 		Partitions:      []PartitionStatus{},
+		Quorum:          ok,
+		NoQuorum:        why,
 		Stable:          append([]string{}, stable.Members...),
 		StableVersion:   stable.Version,
 		Unreachable:     []string{},
@@ -166,12 +173,6 @@ func (c *Coordinator) Status() Status {
 		Lag:             time.Duration(c.lag.Load()),
 	}
 	s.Late = s.Lag > lagLimit(c.cfg)
-	s.Quorum, s.NoQuorum = false, "not started"
-	if q := c.quorumNote.Load(); q != nil {
-		// One snapshot: the reason's counts are of this stable set.
-		s.Quorum, s.NoQuorum = q.ok, q.why
-		s.Stable, s.StableVersion = append([]string{}, q.stable.Members...), q.stable.Version
-	}
 	v := c.view.Load()
 	if v != nil {
 		s.Unreachable = append(s.Unreachable, v.unreachable...)
