@@ -4,6 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"runtime/pprof"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,7 +14,10 @@ import (
 	"github.com/tenure-go/tenure/ownership"
 )
 
-var scaleFlag = flag.Bool("scale", false, "TestScale runs 25 and 50 nodes x 271 and 4096 partitions (heavy: run it alone)")
+var (
+	scaleFlag = flag.Bool("scale", false, "TestScale runs 25 and 50 nodes x 271 and 4096 partitions (heavy: run it alone)")
+	scaleCPU  = flag.String("scale.cpu", "", "scaleRun: write a CPU profile of the idle window (the converged cluster, quiet) to this file")
+)
 
 // nopHandler accepts every lease.
 type nopHandler struct{}
@@ -186,14 +192,29 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 
 	// The idle rate, over a fixed window (a measurement, not a wait).
 	const window = 2 * time.Second
-	idle0, at0 := sc.traffic(), time.Now()
+	if *scaleCPU != "" {
+		f, err := os.Create(*scaleCPU)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle0, at0, cpu0 := sc.traffic(), time.Now(), processCPU()
 	select {
 	case <-time.After(window):
 	case <-ctx.Done():
 		t.Fatalf("%s: %v", name, ctx.Err())
 	}
 	idle := sc.traffic().minus(idle0)
-	idleRate := float64(idle.bytes()) / time.Since(at0).Seconds()
+	idleFor := time.Since(at0)
+	idleRate := float64(idle.bytes()) / idleFor.Seconds()
+	idleCPU := (processCPU() - cpu0).Seconds() / idleFor.Seconds() / float64(n)
+	if *scaleCPU != "" {
+		pprof.StopCPUProfile()
+	}
 
 	// One more node joins the converged cluster.
 	before, joinAt := sc.traffic(), time.Now()
@@ -221,6 +242,10 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	fmt.Printf("figure: %s.join_quiet_seconds %.3f\n", name, joinQuiet.Seconds())
 	fmt.Printf("figure: %s.gossip_bytes_per_node_per_second %.0f\n", name, idleRate/float64(n))
 	fmt.Printf("figure: %s.pushpull_bytes %d\n", name, pushpull)
+	// The CPU the test process used in the idle window, per node, in
+	// cores: what a converged, quiet node costs (the test's own polling
+	// is stopped in the window).
+	fmt.Printf("figure: %s.idle_cpu_cores_per_node %.4f\n", name, idleCPU)
 	fmt.Printf("figure: %s.join_seconds %.3f\n", name, joinTook.Seconds())
 	fmt.Printf("figure: %s.join_bytes %.0f\n", name, max(joinBytes, 0))
 	// What the join itself exchanged: the joiner's and its seed's states,
@@ -235,6 +260,15 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	fmt.Printf("figure: %s.join_meta_updates %d\n", name, join.metaUpdates)
 	fmt.Printf("figure: %s.join_broadcasts_queued %d\n", name, join.queued)
 	fmt.Printf("figure: %s.join_broadcast_bytes %d\n", name, join.sentBcast)
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestScale measures starts and joins at scale, behind -scale:

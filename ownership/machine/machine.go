@@ -358,6 +358,18 @@ type Machine struct {
 	claiming int  // partitions in Claiming
 	leaving  bool
 	out      []Action
+	// mine lists, ascending, the partitions the placement of view mineOf
+	// gives this node: the only ones a tick steps while the quorum holds
+	// (see Tick).
+	mine   []uint32
+	mineOf uint64
+	// nextDeadline is at or before the earliest deadline of a handler call
+	// in flight (0: none): a tick before it has no call to expire.
+	nextDeadline uint64
+	// fullTicks makes every tick look at every call's deadline and step
+	// every partition, as before ticks were sparse: the differential
+	// test's reference.
+	fullTicks bool
 }
 
 // NewMachine returns a machine that owns nothing and has no view; it
@@ -535,6 +547,7 @@ func (m *Machine) quorumStep(changed bool) {
 // Tick advances logical time by one tick.
 func (m *Machine) Tick() {
 	m.now++
+	wasOK := m.q.ok
 	m.quorumStep(m.q.eval(m.now))
 	// Counted at ticks only: a quorum that comes back for an instant
 	// between ticks (a node that keeps learning and losing a newer stable
@@ -544,10 +557,65 @@ func (m *Machine) Tick() {
 	} else {
 		m.noQuorum++
 	}
-	for p := range m.parts {
-		m.expire(uint32(p))
+	m.expireDue()
+	if m.fullTicks || !m.q.ok || m.q.ok != wasOK {
+		m.stepAll()
+		return
 	}
-	m.stepAll()
+	// The quorum held through the tick: time alone moves only the
+	// partitions placed here (a claim's wait for its holder, its backoff,
+	// a rival's respect, MaxClaims' queue). Every other partition was
+	// stepped when what it depends on last changed (the view, the quorum,
+	// leaving, its own input), and a step of it now would do nothing: an
+	// Unowned one is not wanted (a call that expired left it Unowned too),
+	// an Owned one was released then, and no other phase moves in step
+	// while the quorum holds.
+	for _, p := range m.placedHere() {
+		m.step(p)
+	}
+}
+
+// placedHere returns the partitions the current placement gives this
+// node, ascending, computed once per view.
+func (m *Machine) placedHere() []uint32 {
+	if m.mineOf == m.view {
+		return m.mine
+	}
+	m.mine, m.mineOf = m.mine[:0], m.view
+	if m.place != nil {
+		for p := range uint32(m.cfg.Partitions) {
+			if m.place.Owner(p) == m.cfg.Self.Name {
+				m.mine = append(m.mine, p)
+			}
+		}
+	}
+	return m.mine
+}
+
+// expireDue ends the handler calls whose deadline has come (expire). It
+// looks at the partitions only when the earliest deadline may have come.
+func (m *Machine) expireDue() {
+	if !m.fullTicks && (m.nextDeadline == 0 || m.now < m.nextDeadline) {
+		return
+	}
+	m.nextDeadline = 0
+	for p := range m.parts {
+		s := &m.parts[p]
+		switch {
+		case s.call == noCall || s.callDeadline == 0:
+		case m.now >= s.callDeadline:
+			m.expire(uint32(p))
+		default:
+			m.noteDeadline(s.callDeadline)
+		}
+	}
+}
+
+// noteDeadline keeps nextDeadline at or before d.
+func (m *Machine) noteDeadline(d uint64) {
+	if m.nextDeadline == 0 || d < m.nextDeadline {
+		m.nextDeadline = d
+	}
 }
 
 // Leave starts a graceful exit: every held partition is released and
@@ -708,6 +776,7 @@ func (m *Machine) startCall(p uint32, k callKind, t ownership.Token, ticks int) 
 	s.call, s.callToken, s.callDeadline = k, t, 0
 	if ticks > 0 {
 		s.callDeadline = m.now + uint64(ticks)
+		m.noteDeadline(s.callDeadline)
 	}
 }
 

@@ -218,8 +218,9 @@ func (q *tracker) eval(now uint64) bool {
 	// gracefully: a leave lost while in doubt would be counted forever.
 	q.doubt = q.pending.Known()
 	q.outdated = false
+	own := q.stable.ID()
 	for _, m := range q.view {
-		if q.ids[m].Compare(q.stable.ID()) > 0 && quorum.Plausible(q.stable.ID(), q.ids[m]) && (q.knobs == nil || !q.knobs.StableFromFirstView) {
+		if id := q.ids[m]; id.Compare(own) > 0 && quorum.Plausible(own, id) && (q.knobs == nil || !q.knobs.StableFromFirstView) {
 			q.outdated = true
 		}
 	}

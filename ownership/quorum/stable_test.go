@@ -1,6 +1,8 @@
 package quorum_test
 
 import (
+	"fmt"
+	"hash/fnv"
 	"strings"
 	"testing"
 
@@ -41,5 +43,37 @@ func TestMajority(t *testing.T) {
 	}
 	if quorum.Majority(nil, []string{"a"}) {
 		t.Error("an empty stable membership has a quorum")
+	}
+}
+
+// An ID is gossiped and compared across nodes and releases: its hash is
+// FNV-1a (hash/fnv's New64a) over each member's name and a 0 byte after
+// it, whatever the implementation.
+func TestIDHashIsFNV1aOfTheNames(t *testing.T) {
+	for _, members := range [][]string{{"a"}, {"a", "b", "c"}, {"node-0", "node-1"}, {"\x00", "é"}} {
+		h := fnv.New64a()
+		for _, m := range members {
+			h.Write([]byte(m))
+			h.Write([]byte{0})
+		}
+		s := quorum.NewStable(7, members)
+		if got := s.ID(); got != (quorum.StableID{Version: 7, Hash: h.Sum64()}) {
+			t.Errorf("quorum.NewStable(7, %q).ID() = %+v, want hash %#x", members, got, h.Sum64())
+		}
+	}
+	if got := quorum.NewStable(0, nil).ID(); got != (quorum.StableID{}) {
+		t.Errorf("the ID of version 0 = %+v, want zero", got)
+	}
+}
+
+func BenchmarkStableID(b *testing.B) {
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%03d", i)
+	}
+	s := quorum.NewStable(3, names)
+	b.ReportAllocs()
+	for b.Loop() {
+		s.ID()
 	}
 }

@@ -1,0 +1,210 @@
+package machine
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/tenure-go/tenure/ownership"
+	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/quorum"
+)
+
+// A tick steps only the partitions placed here while the quorum holds
+// (Tick). TestSparseTicksActAsFullTicks holds that to the old rule, a
+// step of every partition every tick: two machines, one with fullTicks,
+// take the same random inputs (views, ticks, claims heard, stable
+// memberships, the answers to their own actions, resignations, a leave)
+// and must produce the same actions and phases after every input.
+func TestSparseTicksActAsFullTicks(t *testing.T) {
+	const seeds = 400
+	inputs := 0
+	for seed := range uint64(seeds) {
+		inputs += sparseTickTrial(t, seed)
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("%d seeds, %d inputs", seeds, inputs)
+}
+
+// sparseTickTrial runs one random trial and returns the inputs it fed.
+func sparseTickTrial(t *testing.T, seed uint64) int {
+	r := rand.New(rand.NewPCG(seed, 0x5ca1ab1e))
+	const partitions = 12
+	self := ownership.Node{Name: "a", Incarnation: 7}
+	names := []string{"a", "b", "c", "d"}
+	cfg := MachineConfig{
+		Self: self, Partitions: partitions,
+		Bootstrap: r.IntN(2) == 0, Fenced: r.IntN(2) == 0, StrictAuthority: r.IntN(3) == 0,
+		GraceTicks: 1 + r.IntN(4), HandoffTicks: 1 + r.IntN(4), StepDownTicks: 1 + r.IntN(4),
+		StableAfterTicks: 1 + r.IntN(3), RetryTicks: 1 + r.IntN(3),
+		AcquireTicks: r.IntN(4), ReleaseTicks: r.IntN(4), MaxClaims: r.IntN(3),
+	}
+	newMachine := func(full bool) *Machine {
+		c := cfg
+		c.Rand = rand.New(rand.NewPCG(seed, 1))
+		m, err := NewMachine(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.fullTicks = full
+		return m
+	}
+	sparse, full := newMachine(false), newMachine(true)
+	var pending []Action // actions of the machines' not yet answered
+	step := 0
+	compare := func(what string) {
+		t.Helper()
+		as, af := sparse.Ready(), full.Ready()
+		if !slices.EqualFunc(as, af, func(x, y Action) bool { return x.String() == y.String() }) {
+			t.Fatalf("seed %d, input %d (%s): sparse ticks gave\n%v\nfull ticks gave\n%v", seed, step, what, as, af)
+		}
+		for p := range uint32(partitions) {
+			ps, ts := sparse.Phase(p)
+			pf, tf := full.Phase(p)
+			if ps != pf || ts != tf || sparse.Holder(p) != full.Holder(p) {
+				t.Fatalf("seed %d, input %d (%s): p%d is %v %v with sparse ticks, %v %v with full ticks", seed, step, what, p, ps, ts, pf, tf)
+			}
+		}
+		for _, a := range as {
+			switch a.Kind {
+			case ActClaim, ActFence, ActAcquire, ActRelease:
+				pending = append(pending, a)
+			}
+		}
+	}
+	both := func(what string, f func(m *Machine)) {
+		f(sparse)
+		f(full)
+		compare(what)
+	}
+	compare("start")
+	token := func(p uint32, epoch uint64, owner string) ownership.Token {
+		inc := uint64(1 + r.IntN(2))
+		if owner == self.Name {
+			inc = self.Incarnation
+		}
+		return ownership.Token{Partition: p, Epoch: epoch, Owner: owner, Incarnation: inc}
+	}
+	for step = range 400 {
+		switch k := r.IntN(22); {
+		case k < 2: // a new view
+			var v View
+			var placed []string
+			stable := sparse.Stable().ID()
+			for _, n := range names {
+				if n != self.Name && r.IntN(4) == 0 {
+					continue
+				}
+				vm := ViewMember{Name: n, Incarnation: uint64(1 + r.IntN(2)), Leaving: n != self.Name && r.IntN(6) == 0,
+					Unreachable: n != self.Name && r.IntN(6) == 0}
+				if n == self.Name {
+					vm.Incarnation = self.Incarnation
+				}
+				switch r.IntN(4) {
+				case 0: // shows nothing
+				case 1:
+					vm.Stable = quorum.StableID{Version: stable.Version + 1, Hash: r.Uint64()}
+				default:
+					vm.Stable = stable
+				}
+				v.Members = append(v.Members, vm)
+				if !vm.Leaving {
+					placed = append(placed, n)
+				}
+			}
+			if r.IntN(5) == 0 {
+				v.Left = []string{names[1+r.IntN(3)]}
+			}
+			if len(placed) > 0 {
+				owners := make([]string, partitions)
+				shift := r.IntN(2)
+				for p := range owners {
+					owners[p] = placed[(p+shift)%len(placed)]
+				}
+				v.Placement = &scriptPlacement{owners: owners, members: placed}
+			}
+			both(fmt.Sprintf("view %v", v.Members), func(m *Machine) {
+				if err := m.SetView(v); err != nil {
+					t.Fatal(err)
+				}
+			})
+		case k < 4: // a newer stable membership heard, now and then of a member unknown here (doubt)
+			ms := slices.Clone(names[:2+r.IntN(3)])
+			if r.IntN(2) == 0 {
+				ms = append(ms, "e", "f")
+			}
+			s := quorum.NewStable(sparse.Stable().Version+uint64(1+r.IntN(2)), ms)
+			both("heard stable "+s.String(), func(m *Machine) { m.HeardStable(s) })
+		case k < 6: // a claim heard
+			p := uint32(r.IntN(partitions))
+			h := sparse.Holder(p)
+			c := gossip.Claim{Token: token(p, h.Token.Epoch+uint64(r.IntN(3)), names[r.IntN(len(names))]), Released: r.IntN(3) == 0}
+			both("heard "+c.Token.String(), func(m *Machine) { _, _ = m.Heard(c) })
+		case k < 12 && len(pending) > 0: // an answer to one of its actions
+			i := r.IntN(len(pending))
+			a := pending[i]
+			pending = slices.Delete(pending, i, i+1)
+			answerAction(r, a, both, token)
+		case k < 13: // a resignation of what it holds, if anything
+			p := uint32(r.IntN(partitions))
+			if _, tk := sparse.Phase(p); !tk.IsZero() {
+				ended := r.IntN(2) == 0
+				both("resign "+tk.String(), func(m *Machine) { _ = m.Resign(tk, ended) })
+			}
+		case k < 14 && r.IntN(30) == 0:
+			both("leave", func(m *Machine) { m.Leave() })
+		default:
+			for range 1 + r.IntN(3) {
+				both("tick", func(m *Machine) { m.Tick() })
+			}
+		}
+	}
+	return step + 1
+}
+
+// answerAction feeds both machines the same random answer to a.
+func answerAction(r *rand.Rand, a Action, both func(string, func(*Machine)), token func(uint32, uint64, string) ownership.Token) {
+	higher := func() ownership.Token {
+		return token(a.Partition, a.Token.Epoch+1+uint64(r.IntN(2)), "b")
+	}
+	switch a.Kind {
+	case ActClaim:
+		var (
+			tk  ownership.Token
+			err error
+		)
+		switch r.IntN(4) {
+		case 0:
+			err = &ownership.ConflictError{Partition: a.Partition, Seen: a.Token, Current: higher()}
+		case 1:
+			err = errors.New("boom")
+		default:
+			tk = token(a.Partition, a.Token.Epoch+1, "a")
+		}
+		both("claimed "+a.String(), func(m *Machine) { m.Claimed(a.Partition, tk, err) })
+	case ActFence:
+		var err error
+		switch r.IntN(4) {
+		case 0:
+			err = &ownership.StaleTokenError{Token: a.Token, Current: higher()}
+		case 1:
+			err = errors.New("boom")
+		}
+		both("fenced "+a.String(), func(m *Machine) { m.Fenced(a.Token, err) })
+	case ActAcquire:
+		var err error
+		switch r.IntN(5) {
+		case 0:
+			err = &ownership.StaleTokenError{Token: a.Token, Current: higher()}
+		case 1:
+			err = errors.New("boom")
+		}
+		both("acquired "+a.String(), func(m *Machine) { m.Acquired(a.Token, err) })
+	case ActRelease:
+		both("released "+a.String(), func(m *Machine) { m.Released(a.Token) })
+	}
+}
