@@ -227,13 +227,46 @@ func TestKnownMembersForgottenAfterReconnectTimeout(t *testing.T) {
 		k, _ := hole.accepted()
 		return k > k0
 	})
-	// Rejoins come every RejoinInterval until ReconnectTimeout has passed:
-	// wait for a silence of several intervals.
-	quiet := 4 * n.c.cfg.RejoinInterval
-	bctx, bcancel := within(ctx)
+	// Rejoins come, at most maxRejoinBackoff RejoinIntervals apart, until
+	// ReconnectTimeout has passed: wait for a longer silence.
+	quiet := (maxRejoinBackoff + 1) * n.c.cfg.RejoinInterval
+	bctx, bcancel := context.WithTimeout(ctx, quiet+bound)
 	defer bcancel()
 	testkit.WaitFor(bctx, t, "the rejoins to stop", func() bool {
 		_, last := hole.accepted()
 		return time.Since(last) > quiet
 	})
+}
+
+// Issue 22: a member that stays missing is re-joined less and less often,
+// RejoinInterval doubling up to maxRejoinBackoff of them, and never given
+// up on before ReconnectTimeout. Every node joining every missing member
+// every RejoinInterval (each join sending the whole register both ways)
+// fed the load that made members look dead at 100 nodes in one process.
+func TestRejoinsOfAMissingMemberBackOff(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n, addr := crashedPeerAddr(ctx, t, nil)
+	hole := newBlackHole(t, addr, false)
+	testkit.WaitFor(ctx, t, "the crashed peer to leave the table", func() bool { return n.c.Table().Len() == 1 })
+	k0, _ := hole.accepted()
+	testkit.WaitFor(ctx, t, "the node to re-join its lost peer", func() bool {
+		k, _ := hole.accepted()
+		return k > k0
+	})
+	k1, _ := hole.accepted()
+	// A window of 12 RejoinIntervals (a measurement, not a wait): a rejoin
+	// every interval dials 12 times in it; backing off (1, 2, 4, 4, ...
+	// intervals after the first), 4.
+	const intervals = 12
+	select {
+	case <-time.After(intervals * n.c.cfg.RejoinInterval):
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	k2, _ := hole.accepted()
+	if got := k2 - k1; got < 2 || got > 6 {
+		t.Fatalf("%d rejoins of the missing member in %d RejoinIntervals, want 2-6 (backing off, never giving up)", got, intervals)
+	}
 }

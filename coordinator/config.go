@@ -113,7 +113,8 @@ type Config struct {
 	ServiceAddr string
 	// Seeds are gossip addresses (host:port) joined by Start (which tries
 	// again, with backoff, until one answers or its context ends) and re-joined
-	// every RejoinInterval so a healed network partition merges again. A
+	// while a member is missing (see RejoinInterval), so a healed network
+	// partition merges again. A
 	// node with no seeds founds a cluster of its own; a node with seeds
 	// learns the cluster's stable membership from them before it claims
 	// anything (a whole cluster whose nodes all list each other as seeds
@@ -216,9 +217,11 @@ type Config struct {
 	RetryInterval time.Duration
 	// Default: LAN 30s, WAN 30s, local 3s.
 	MaxRetryInterval time.Duration
-	// RejoinInterval is how often the node re-joins its seeds and the
-	// members it knew that it no longer sees (memberlist never probes a
-	// dead node again).
+	// RejoinInterval is how often the node re-joins the members it knew
+	// that it no longer sees, and then its seeds that aren't members
+	// (memberlist never probes a dead node again). An address that stays
+	// missing is joined less often, the wait doubling from RejoinInterval
+	// up to 4 of them: each join sends the whole register both ways.
 	// Default: LAN 5s, WAN 15s, local 500ms.
 	RejoinInterval time.Duration
 	// ReconnectTimeout is how long a member that vanished without leaving
