@@ -112,13 +112,13 @@ type Config struct {
 	// callers where a key's owner listens. Optional, at most 128 bytes.
 	ServiceAddr string
 	// Seeds are gossip addresses (host:port) joined by Start (which tries
-	// again, with backoff, until one answers or its context ends) and re-joined
-	// while a member is missing (see RejoinInterval), so a healed network
-	// partition merges again. A
-	// node with no seeds founds a cluster of its own; a node with seeds
-	// learns the cluster's stable membership from them before it claims
-	// anything (a whole cluster whose nodes all list each other as seeds
-	// forms once its view has been unchanged for StableAfter).
+	// again, with backoff, until one answers or its context ends) and
+	// re-joined while a member is missing (see RejoinInterval), so a healed
+	// network partition merges again. A node with no seeds founds a
+	// cluster of its own; a node with seeds learns the cluster's stable
+	// membership from them before it claims anything (a whole cluster
+	// whose nodes all list each other as seeds forms once its view has
+	// been unchanged for StableAfter).
 	Seeds []string
 
 	// Ring places partitions on members. Every node of a cluster must use
@@ -218,10 +218,12 @@ type Config struct {
 	// Default: LAN 30s, WAN 30s, local 3s.
 	MaxRetryInterval time.Duration
 	// RejoinInterval is how often the node re-joins the members it knew
-	// that it no longer sees, and then its seeds that aren't members
-	// (memberlist never probes a dead node again). An address that stays
-	// missing is joined less often, the wait doubling from RejoinInterval
-	// up to 4 of them: each join sends the whole register both ways.
+	// that it no longer sees (memberlist never probes a dead node again),
+	// two addresses at a time drawn at random from them and, while one is
+	// missing, from its seeds (a seed written as a member's gossip address
+	// is left out while that member is live). One join that gets through
+	// merges the member lists; each join sends the whole register both
+	// ways.
 	// Default: LAN 5s, WAN 15s, local 500ms.
 	RejoinInterval time.Duration
 	// ReconnectTimeout is how long a member that vanished without leaving

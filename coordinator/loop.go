@@ -90,15 +90,13 @@ type loop struct {
 	leases  *registry
 	workers sync.WaitGroup
 	known   map[string]knownMember // for rejoin
-	// rejoinAt holds, per address rejoin joined and that is still
-	// missing, when to join it again and the wait after that.
-	rejoinAt map[string]rejoinBackoff
-	names    []string        // the current table's members, sorted
-	leavers  map[string]bool // members seen leaving
-	joining  bool            // a rejoin is in flight
-	idle     bool            // idleCh closed
-	warned   bool            // the no-quorum warning was logged
-	lostAt   time.Time       // when the quorum was last lost
+	rnd     *rand.Rand             // rejoin's choice of addresses
+	names   []string               // the current table's members, sorted
+	leavers map[string]bool        // members seen leaving
+	joining bool                   // a rejoin is in flight
+	idle    bool                   // idleCh closed
+	warned  bool                   // the no-quorum warning was logged
+	lostAt  time.Time              // when the quorum was last lost
 
 	reach   *reach.Check // the reach check's policy and evidence
 	unreach []string     // the members the current view marks Unreachable
@@ -107,16 +105,8 @@ type loop struct {
 	health  func() int   // memberlist's health score; tests set it
 }
 
-// rejoinBackoff is when rejoin joins an address next, and the wait it
-// gives it after that one.
-type rejoinBackoff struct {
-	at   time.Time
-	wait time.Duration
-}
-
-// maxRejoinBackoff bounds the wait between two rejoins of one address, in
-// RejoinIntervals.
-const maxRejoinBackoff = 4
+// rejoinFanout is how many addresses one rejoin joins at most.
+const rejoinFanout = 2
 
 // knownMember is a member once seen, for rejoin after a partition heals.
 type knownMember struct {
@@ -135,14 +125,14 @@ func (c *Coordinator) machineConfig() machine.MachineConfig {
 
 func newLoop(c *Coordinator, m *machine.Machine) *loop {
 	return &loop{
-		c:        c,
-		m:        m,
-		leases:   c.leases,
-		known:    make(map[string]knownMember),
-		rejoinAt: make(map[string]rejoinBackoff),
-		leavers:  make(map[string]bool),
-		reach:    reach.New(reachConfig(c.cfg, c.cfg.Clock.Now()), rand.New(rand.NewPCG(c.cfg.Rand.Uint64(), c.cfg.Rand.Uint64()))),
-		lostAt:   c.cfg.Clock.Now(), // a node starts without a quorum
+		c:       c,
+		m:       m,
+		leases:  c.leases,
+		known:   make(map[string]knownMember),
+		leavers: make(map[string]bool),
+		reach:   reach.New(reachConfig(c.cfg, c.cfg.Clock.Now()), rand.New(rand.NewPCG(c.cfg.Rand.Uint64(), c.cfg.Rand.Uint64()))),
+		rnd:     rand.New(rand.NewPCG(c.cfg.Rand.Uint64(), c.cfg.Rand.Uint64())),
+		lostAt:  c.cfg.Clock.Now(), // a node starts without a quorum
 	}
 }
 
@@ -330,18 +320,19 @@ func (l *loop) published(old, t *ring.Table, members map[string]ownership.Member
 	c.log.Info("membership", "members", t.Len(), "moves", len(ring.Diff(old, t)))
 }
 
-// rejoin joins every known member that gossip no longer shows, and then
-// the seeds that aren't live members, so both sides of a healed partition
-// find each other again. A member unseen for ReconnectTimeout is
-// forgotten. One rejoin runs at a time.
+// rejoin joins, every RejoinInterval, up to rejoinFanout addresses drawn
+// at random from the known members that gossip no longer shows and, while
+// one is missing, the seeds that aren't members, so both sides of a healed
+// partition find each other again. One join that gets through is enough:
+// memberlist's push/pull hands over the whole member list, and gossip
+// does the rest. A member unseen for ReconnectTimeout is forgotten. One
+// rejoin runs at a time.
 //
-// An address is joined again after RejoinInterval, doubling while it
-// stays missing up to maxRejoinBackoff RejoinIntervals: a join sends the
-// whole register both ways, and on a machine so busy that members are
-// taken for dead, every node joining every missing member and the seeds
-// every RejoinInterval fed the load that made them look dead (issue 22:
-// at 100 x 4096 in one process, about 90 whole registers, 7.5 MB, went
-// out during one node's start).
+// A join sends the whole register both ways. Joining every missing member
+// every round, as rejoin did, made each node's cost grow with the members
+// it missed: at 100 x 4096 in one process, where load made members look
+// dead, thousands of whole registers went out during one node's start
+// (issue 22).
 func (l *loop) rejoin() {
 	c := l.c
 	if l.joining || c.leaving.Load() {
@@ -350,7 +341,7 @@ func (l *loop) rejoin() {
 	now := c.cfg.Clock.Now()
 	t := c.Table()
 	v := c.view.Load()
-	var missing []string
+	var addrs []string
 	for name, k := range l.known {
 		if _, ok := v.members[name]; ok || t.Has(name) {
 			continue
@@ -359,45 +350,24 @@ func (l *loop) rejoin() {
 			delete(l.known, name)
 			continue
 		}
-		missing = append(missing, k.addr)
-	}
-	if len(missing) > 0 {
-		live := make(map[string]bool, len(v.members))
-		for _, m := range v.members {
-			live[m.GossipAddr] = true
-		}
-		for _, s := range c.cfg.Seeds {
-			if !live[s] {
-				missing = append(missing, s)
-			}
-		}
-	}
-	slices.Sort(missing)
-	missing = slices.Compact(missing)
-	var addrs []string
-	for _, a := range missing {
-		b, ok := l.rejoinAt[a]
-		if ok && now.Before(b.at) {
-			continue
-		}
-		switch {
-		case !ok:
-			b.wait = c.cfg.RejoinInterval
-		case b.wait < maxRejoinBackoff*c.cfg.RejoinInterval:
-			b.wait = min(2*b.wait, maxRejoinBackoff*c.cfg.RejoinInterval)
-		}
-		b.at = now.Add(b.wait - c.cfg.RejoinInterval/4) // a round's jitter of the clock is no reason to skip it
-		l.rejoinAt[a] = b
-		addrs = append(addrs, a)
-	}
-	for a := range l.rejoinAt {
-		if _, ok := slices.BinarySearch(missing, a); !ok {
-			delete(l.rejoinAt, a) // seen again: joined at once if it goes missing again
-		}
+		addrs = append(addrs, k.addr)
 	}
 	if len(addrs) == 0 {
 		return
 	}
+	live := make(map[string]bool, len(v.members))
+	for _, m := range v.members {
+		live[m.GossipAddr] = true
+	}
+	for _, s := range c.cfg.Seeds {
+		if !live[s] {
+			addrs = append(addrs, s)
+		}
+	}
+	slices.Sort(addrs) // map order is not the seeded draw's
+	addrs = slices.Compact(addrs)
+	l.rnd.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	addrs = addrs[:min(len(addrs), rejoinFanout)]
 	l.joining = true
 	l.goWork(func() input {
 		if n, err := c.ml.Join(addrs); err != nil {

@@ -18,7 +18,9 @@ type Placement interface {
 	Partitions() int
 	Owner(partition uint32) string
 	// Fingerprint identifies the member set and configuration: equal
-	// placements have equal fingerprints.
+	// placements have equal fingerprints, and two placements with equal
+	// fingerprints place every partition alike (the machine keeps what it
+	// derived from a placement while the fingerprint stays).
 	Fingerprint() uint64
 }
 
@@ -557,19 +559,19 @@ func (m *Machine) Tick() {
 	} else {
 		m.noQuorum++
 	}
-	m.expireDue()
-	if m.fullTicks || !m.q.ok || m.q.ok != wasOK {
+	expired := m.expireDue()
+	if m.fullTicks || expired || !m.q.ok || m.q.ok != wasOK {
 		m.stepAll()
 		return
 	}
-	// The quorum held through the tick: time alone moves only the
-	// partitions placed here (a claim's wait for its holder, its backoff,
-	// a rival's respect, MaxClaims' queue). Every other partition was
-	// stepped when what it depends on last changed (the view, the quorum,
-	// leaving, its own input), and a step of it now would do nothing: an
-	// Unowned one is not wanted (a call that expired left it Unowned too),
-	// an Owned one was released then, and no other phase moves in step
-	// while the quorum holds.
+	// The quorum held through the tick and no call expired (an expiry
+	// changes its partition, which a step must follow): time alone moves
+	// only the partitions placed here (a claim's wait for its holder, its
+	// backoff, a rival's respect, MaxClaims' queue). Every other partition
+	// was stepped when what it depends on last changed (the view, the
+	// quorum, leaving, its own input), and a step of it now would do
+	// nothing: an Unowned one is not wanted, an Owned one was released
+	// then, and no other phase moves in step while the quorum holds.
 	for _, p := range m.placedHere() {
 		m.step(p)
 	}
@@ -592,23 +594,27 @@ func (m *Machine) placedHere() []uint32 {
 	return m.mine
 }
 
-// expireDue ends the handler calls whose deadline has come (expire). It
-// looks at the partitions only when the earliest deadline may have come.
-func (m *Machine) expireDue() {
+// expireDue ends the handler calls whose deadline has come (expire) and
+// reports whether any did. It looks at the partitions only when the
+// earliest deadline may have come.
+func (m *Machine) expireDue() bool {
 	if !m.fullTicks && (m.nextDeadline == 0 || m.now < m.nextDeadline) {
-		return
+		return false
 	}
 	m.nextDeadline = 0
+	expired := false
 	for p := range m.parts {
 		s := &m.parts[p]
 		switch {
 		case s.call == noCall || s.callDeadline == 0:
 		case m.now >= s.callDeadline:
 			m.expire(uint32(p))
+			expired = true
 		default:
 			m.noteDeadline(s.callDeadline)
 		}
 	}
+	return expired
 }
 
 // noteDeadline keeps nextDeadline at or before d.
