@@ -39,8 +39,11 @@ type scalePoint struct {
 	crashAll, joinAll Cost
 	// crashTicks and joinTicks: how long those took.
 	crashTicks, joinTicks int
-	elapsed               time.Duration
-	violations            []string
+	// joinLostQuorum: the nodes, the joiner aside, that were without a
+	// quorum at some tick of the join.
+	joinLostQuorum int
+	elapsed        time.Duration
+	violations     []string
 }
 
 // steadyTicks is the quiet spell a point measures (10 s at 200 ms a
@@ -100,8 +103,15 @@ func runScalePoint(t testing.TB, n, p int) scalePoint {
 	s.ResetCost()
 	s.Restart(victim)
 	from = s.now
+	lost := make([]bool, n)
 	for ok, _ := s.Converged(); !ok && int(s.now-from) <= s.settleBound(); ok, _ = s.Converged() {
 		s.Step()
+		for i, nd := range s.nodes {
+			if i != victim && nd.running() && !nd.m.Quorum() && !lost[i] {
+				lost[i] = true
+				pt.joinLostQuorum++
+			}
+		}
 	}
 	pt.joinTicks = int(s.now - from)
 	pt.join = s.Cost()
@@ -156,6 +166,7 @@ func (pt scalePoint) print() {
 	j := pt.join
 	f("join_converged_seconds", "%.1f", float64(pt.joinTicks)*tickMillis/1000)
 	f("join_claim_msgs_per_node_per_second", "%.2f", perNodeSecond(j.ClaimMsgs, j, pt.n))
+	f("join_nodes_without_quorum", "%d", pt.joinLostQuorum)
 	f("join_state_bytes_per_exchange", "%.0f", float64(j.JoinBytes)/float64(max(j.Joins, 1)))
 	f("join_state_bytes_per_node_per_second", "%.0f", perNodeSecond(j.StateBytes, j, pt.n))
 	f("join_syncs_per_node", "%.2f", float64(pt.joinAll.Syncs)/float64(pt.n))
