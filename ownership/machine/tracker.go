@@ -56,7 +56,8 @@ import (
 // passes without hearing it again, and is adopted if the view grows to
 // hold a quorum of it: a forged set of members that do not exist can't
 // halt a node for good. A member whose metadata shows a higher ID than the
-// node's (within MaxStableJump) makes it outdated: it has no quorum and
+// node's (within MaxStableJump) makes it outdated (unless it is the node's
+// own view one version up, which it takes: see nextShown): it has no quorum and
 // asks one member that shows the newer ID for its state (see toAsk; a
 // member in step that steps one version ahead is asked a retry wait
 // later, if this node has not heard the new set by then). This is
@@ -252,18 +253,23 @@ func (q *tracker) eval(now uint64) bool {
 // the set reached it, although it held the set's every name: at 200 nodes
 // in the simulator, 166 of 200 lost their quorum in one join and most
 // stepped down, releasing and claiming again partitions the join never
-// moved (issue 22). The ID names the set exactly (its hash is of the
-// names); a set heard by gossip is taken on less (heard: a majority of
-// its members known). It reports whether the set was taken.
+// moved (issue 22). Only a node that reaches a majority of its own set
+// takes it, from a member it reaches: the quorum it then counts is one it
+// had, and it could promote the set itself (the join rule). A member's
+// metadata outlives the member: taken from one cut off or crashed, with
+// no quorum of the old set behind it, the set could give a minority a
+// quorum (a helper's review). In doubt it takes nothing: heard would drop
+// the doubt. The ID names the set by a hash of its names, as a
+// broadcast's set is named. It reports whether the set was taken.
 func (q *tracker) nextShown(now uint64) bool {
 	if !q.stable.Known() || !q.hasView || q.doubt || slices.Equal(q.view, q.stable.Members) ||
-		q.knobs != nil && q.knobs.StableFromFirstView {
+		!q.count(q.reached) || q.knobs != nil && q.knobs.StableFromFirstView {
 		return false
 	}
 	next := quorum.NewStable(q.stable.Version+1, q.view)
 	id := next.ID()
-	for _, m := range q.view {
-		if q.ids[m] == id {
+	for _, m := range q.reached {
+		if m != q.self && q.ids[m] == id {
 			return q.heard(now, next)
 		}
 	}

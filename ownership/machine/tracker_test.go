@@ -381,6 +381,36 @@ func TestQuorumTakesTheNextSetAMemberShows(t *testing.T) {
 		t.Fatalf("stable %v, outdated %v, quorum %v; want %v, not outdated, a quorum", q.stable, q.outdated, q.ok, next)
 	}
 
+	// Taken only from a member this node reaches, and only while it
+	// reaches a majority of its own set: a member's metadata outlives it
+	// (cut off, or crashed before its set's broadcast went out), and a
+	// minority must not take a set that gives it a quorum.
+	fresh := func() *tracker {
+		return &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: quorum.NewStable(3, []string{"a", "b", "c"})}
+	}
+	view[1].Unreachable = true
+	q = fresh()
+	q.setView(1, view, nil)
+	if q.stable.ID() != own || !q.outdated {
+		t.Fatalf("from an unreachable member: stable %v, outdated %v; want the old set kept, outdated", q.stable, q.outdated)
+	}
+	big := quorum.NewStable(3, []string{"a", "b", "c", "x", "y"}) // a reaches a and b: 2 of 5
+	q = &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: big}
+	grown := quorum.NewStable(4, []string{"a", "b", "d"})
+	q.setView(1, []ViewMember{{Name: "a", Stable: big.ID()}, {Name: "b", Stable: grown.ID()}, {Name: "d"}}, nil)
+	if q.stable.ID() != big.ID() || q.ok {
+		t.Fatalf("reaching a minority of its set: stable %v, quorum %v; want %v kept, no quorum", q.stable, q.ok, big)
+	}
+	view[1].Unreachable = false
+	// In doubt (a newer set of members it doesn't know, heard lately), it
+	// takes nothing: taking a set through heard would drop the doubt.
+	q = fresh()
+	q.heard(0, quorum.NewStable(9, []string{"x1", "x2", "x3"}))
+	q.setView(1, view, nil)
+	if q.stable.ID() != own || !q.doubt || q.ok {
+		t.Fatalf("in doubt: stable %v, doubt %v, quorum %v; want the old set kept, still in doubt, no quorum", q.stable, q.doubt, q.ok)
+	}
+
 	// A member that shows another set of the next version (one this node
 	// can't rebuild from its view) still makes the node outdated.
 	q = &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: quorum.NewStable(3, []string{"a", "b", "c"})}
