@@ -255,7 +255,8 @@ func (q *tracker) eval(now uint64) bool {
 // stepped down, releasing and claiming again partitions the join never
 // moved (issue 22). Only a node that reaches a majority of its own set
 // takes it, from a member it reaches: the quorum it then counts is one it
-// had, and it could promote the set itself (the join rule). A member's
+// had, and the set is one it would promote itself (at once by the join
+// rule, or once the view holds for StableAfter). A member's
 // metadata outlives the member: taken from one cut off or crashed, with
 // no quorum of the old set behind it, the set could give a minority a
 // quorum (a helper's review). In doubt it takes nothing: heard would drop
