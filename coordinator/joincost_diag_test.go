@@ -135,6 +135,7 @@ func (s *countSink) diff(before map[string]float64) string {
 	return strings.Join(out, " ")
 }
 
+// cpuNow is the CPU time (user and system) this process has used.
 func cpuNow() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)

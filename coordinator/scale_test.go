@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"syscall"
 	"testing"
 	"time"
 
@@ -204,7 +203,7 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 		}
 		defer pprof.StopCPUProfile() // before the Close: defers run last in, first out
 	}
-	idle0, at0, cpu0 := sc.traffic(), time.Now(), processCPU()
+	idle0, at0, cpu0 := sc.traffic(), time.Now(), cpuNow()
 	select {
 	case <-time.After(window):
 	case <-ctx.Done():
@@ -213,7 +212,7 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	idle := sc.traffic().minus(idle0)
 	idleFor := time.Since(at0)
 	idleRate := float64(idle.bytes()) / idleFor.Seconds()
-	idleCPU := (processCPU() - cpu0).Seconds() / idleFor.Seconds() / float64(n)
+	idleCPU := (cpuNow() - cpu0).Seconds() / idleFor.Seconds() / float64(n)
 
 	// One more node joins the converged cluster.
 	before, joinAt := sc.traffic(), time.Now()
@@ -259,15 +258,6 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	fmt.Printf("figure: %s.join_meta_updates %d\n", name, join.metaUpdates)
 	fmt.Printf("figure: %s.join_broadcasts_queued %d\n", name, join.queued)
 	fmt.Printf("figure: %s.join_broadcast_bytes %d\n", name, join.sentBcast)
-}
-
-// processCPU is the CPU time (user and system) this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestScale measures starts and joins at scale, behind -scale:

@@ -188,6 +188,18 @@ func answerAction(r *rand.Rand, a Action, both func(string, func(*Machine)), tok
 	higher := func() ownership.Token {
 		return token(a.Partition, a.Token.Epoch+1+uint64(r.IntN(2)), "b")
 	}
+	// staleOrFailed draws an answer to a fence or an Acquire: a resource
+	// holding a higher token, one time in n, a failure, one in n, and
+	// success otherwise.
+	staleOrFailed := func(n int) error {
+		switch r.IntN(n) {
+		case 0:
+			return &ownership.StaleTokenError{Token: a.Token, Current: higher()}
+		case 1:
+			return errors.New("boom")
+		}
+		return nil
+	}
 	switch a.Kind {
 	case ActClaim:
 		var (
@@ -204,22 +216,10 @@ func answerAction(r *rand.Rand, a Action, both func(string, func(*Machine)), tok
 		}
 		both("claimed "+a.String(), func(m *Machine) { m.Claimed(a.Partition, tk, err) })
 	case ActFence:
-		var err error
-		switch r.IntN(4) {
-		case 0:
-			err = &ownership.StaleTokenError{Token: a.Token, Current: higher()}
-		case 1:
-			err = errors.New("boom")
-		}
+		err := staleOrFailed(4)
 		both("fenced "+a.String(), func(m *Machine) { m.Fenced(a.Token, err) })
 	case ActAcquire:
-		var err error
-		switch r.IntN(5) {
-		case 0:
-			err = &ownership.StaleTokenError{Token: a.Token, Current: higher()}
-		case 1:
-			err = errors.New("boom")
-		}
+		err := staleOrFailed(5)
 		both("acquired "+a.String(), func(m *Machine) { m.Acquired(a.Token, err) })
 	case ActRelease:
 		both("released "+a.String(), func(m *Machine) { m.Released(a.Token) })
