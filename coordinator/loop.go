@@ -271,7 +271,13 @@ func (l *loop) refreshMembers() {
 		if old != nil && slices.Equal(placed, l.names) {
 			return old
 		}
-		t, err := ring.New(placed, c.cfg.Ring)
+		var t *ring.Table
+		var err error
+		if old != nil {
+			t, err = old.Rebuild(placed) // the same table, faster
+		} else {
+			t, err = ring.New(placed, c.cfg.Ring)
+		}
 		if err != nil {
 			c.log.Error("ring rebuild failed; keeping the previous table", "members", len(placed), "err", err)
 			if old == nil {

@@ -14,8 +14,9 @@ import (
 )
 
 var (
-	scaleFlag = flag.Bool("scale", false, "TestScale runs 25 and 50 nodes x 271 and 4096 partitions (heavy: run it alone)")
-	scaleCPU  = flag.String("scale.cpu", "", "scaleRun: write a CPU profile of each point's idle window (the converged cluster, quiet) to this file name with the point's name appended")
+	scaleFlag  = flag.Bool("scale", false, "TestScale runs 25 and 50 nodes x 271 and 4096 partitions (heavy: run it alone)")
+	scaleStuck = flag.String("scale.stuckcpu", "", "scaleRun: write a 15 s CPU profile to this file once a wait for convergence has taken 15 s (the first such wait only)")
+	scaleCPU   = flag.String("scale.cpu", "", "scaleRun: write a CPU profile of each point's idle window (the converged cluster, quiet) to this file name with the point's name appended")
 )
 
 // nopHandler accepts every lease.
@@ -32,6 +33,26 @@ type scaleCluster struct {
 	partitions int
 	fence      *ownership.MemoryFence
 	nodes      []*Coordinator
+	// stuckProfiled: -scale.stuckcpu's profile is written.
+	stuckProfiled bool
+}
+
+// profileStuck writes a 15 s CPU profile to file: where a cluster that
+// doesn't converge spends its CPU.
+func (sc *scaleCluster) profileStuck(file string) {
+	f, err := os.Create(file)
+	if err != nil {
+		sc.t.Errorf("-scale.stuckcpu: %v", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		sc.t.Errorf("-scale.stuckcpu: %v", err)
+		return
+	}
+	time.Sleep(15 * time.Second) // a measurement window, not a wait
+	pprof.StopCPUProfile()
+	sc.t.Logf("wrote a CPU profile of the wait to %s", file)
 }
 
 func newScaleCluster(t *testing.T, partitions int) *scaleCluster {
@@ -117,17 +138,53 @@ func (sc *scaleCluster) waitQuiet(ctx context.Context) error {
 }
 
 func (sc *scaleCluster) waitConverged(ctx context.Context) error {
+	began, said := time.Now(), time.Now()
 	for {
 		err := sc.check()
 		if err == nil {
 			return nil
 		}
+		if time.Since(said) >= 15*time.Second {
+			said = time.Now()
+			if *scaleStuck != "" && !sc.stuckProfiled {
+				sc.stuckProfiled = true
+				sc.profileStuck(*scaleStuck)
+			}
+			sc.t.Logf("%.0f s, not converged: %v; %s", time.Since(began).Seconds(), err, sc.summary())
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not converged: %v", err)
+			return fmt.Errorf("not converged: %v; %s", err, sc.summary())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// summary says where a cluster that doesn't converge stands: the members
+// its nodes see, how many have a quorum, and the unreachable members they
+// report.
+func (sc *scaleCluster) summary() string {
+	minSeen, maxSeen, quorum, unreachable, settled := len(sc.nodes), 0, 0, 0, 0
+	reasons := map[string]int{}
+	for _, c := range sc.nodes {
+		st := c.Status()
+		seen := 0
+		if t := c.Table(); t != nil {
+			seen = t.Len()
+		}
+		minSeen, maxSeen = min(minSeen, seen), max(maxSeen, seen)
+		if st.Quorum {
+			quorum++
+		} else {
+			reasons[st.NoQuorum]++
+		}
+		unreachable += len(st.Unreachable)
+		if c.converged() {
+			settled++
+		}
+	}
+	return fmt.Sprintf("members seen %d-%d of %d, quorum at %d, settled %d, unreachable marks %d, no quorum because %v",
+		minSeen, maxSeen, len(sc.nodes), quorum, settled, unreachable, reasons)
 }
 
 // trafficTotal is what every node of a cluster sent.

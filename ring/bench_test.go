@@ -147,3 +147,22 @@ func BenchmarkConsistentNew(b *testing.B) {
 		sinkMember = newConsistent(names, cfg).GetPartitionOwner(0)
 	})
 }
+
+// BenchmarkRebuild is the cost of the table after one member joins, built
+// from the table before it: the coordinator's rebuild on a membership
+// change. Compare BenchmarkNew at the same sizes.
+func BenchmarkRebuild(b *testing.B) {
+	benchBuild(b, func(b *testing.B, names []string, cfg Config) {
+		b.StopTimer()
+		prev, err := New(names[1:], cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		tab, err := prev.Rebuild(names)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sinkTable = tab
+	})
+}

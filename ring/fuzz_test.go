@@ -54,6 +54,17 @@ func FuzzNew(f *testing.F) {
 		if err != nil || again.Fingerprint() != tab.Fingerprint() || Diff(tab, again) != nil {
 			t.Fatalf("reversed input gives a different table (err %v)", err)
 		}
+		// Rebuild from tab is New, for a member fewer and one more.
+		for _, next := range [][]string{members[1:], append(slices.Clone(members), "new")} {
+			want, werr := New(next, cfg)
+			got, gerr := tab.Rebuild(next)
+			if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+				t.Fatalf("Rebuild(%q): %v; New: %v", next, gerr, werr)
+			}
+			if werr == nil && (!slices.Equal(got.ring, want.ring) || !slices.Equal(got.owners, want.owners) || got.fp != want.fp) {
+				t.Fatalf("Rebuild(%q) differs from New", next)
+			}
+		}
 	})
 }
 
