@@ -267,10 +267,19 @@ func (q *tracker) nextShown(now uint64) bool {
 		!q.count(q.reached) || q.knobs != nil && q.knobs.StableFromFirstView {
 		return false
 	}
-	next := quorum.NewStable(q.stable.Version+1, q.view)
-	id := next.ID()
+	// The view is hashed (the cost, every tick while the view differs
+	// from the set) only once a member shows the next version.
+	var next quorum.Stable
+	var id quorum.StableID
 	for _, m := range q.reached {
-		if m != q.self && q.ids[m] == id {
+		if m == q.self || q.ids[m].Version != q.stable.Version+1 {
+			continue
+		}
+		if !next.Known() {
+			next = quorum.NewStable(q.stable.Version+1, q.view)
+			id = next.ID()
+		}
+		if q.ids[m] == id {
 			return q.heard(now, next)
 		}
 	}

@@ -3,6 +3,8 @@ package quorum_test
 import (
 	"fmt"
 	"hash/fnv"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -75,5 +77,35 @@ func BenchmarkStableID(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.ID()
+	}
+}
+
+// TestCountCountsEveryFoundName holds Count, sorted or not, with names
+// repeated, to a plain count.
+func TestCountCountsEveryFoundName(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 9))
+	for range 2000 {
+		set := make([]string, r.IntN(8))
+		for i := range set {
+			set[i] = fmt.Sprint(r.IntN(12))
+		}
+		slices.Sort(set)
+		set = slices.Compact(set)
+		sub := make([]string, r.IntN(8))
+		for i := range sub {
+			sub[i] = fmt.Sprint(r.IntN(12))
+		}
+		if r.IntN(2) == 0 {
+			slices.Sort(sub)
+		}
+		want := 0
+		for _, m := range sub {
+			if slices.Contains(set, m) {
+				want++
+			}
+		}
+		if got := quorum.Count(sub, set); got != want {
+			t.Fatalf("Count(%q, %q) = %d, want %d", sub, set, got, want)
+		}
 	}
 }
