@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -285,5 +286,36 @@ func TestRejoinJoinsAFewMissingMembersARound(t *testing.T) {
 	}
 	if limit := rejoinFanout * (rounds + 1); sum > limit {
 		t.Errorf("%d dials of 3 missing members in %d RejoinIntervals, want at most %d (%d a round)", sum, rounds, limit, rejoinFanout)
+	}
+}
+
+// TestRejoinWaitsForGossipToTheDead: a member the view lost is re-joined
+// only once memberlist has stopped gossiping to it (GossipToTheDeadTime):
+// re-joining at once, every member a busy machine made look dead was sent
+// the whole register each way (issue 22, 100 x 4096 in one process).
+func TestRejoinWaitsForGossipToTheDead(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const toTheDead = 4 * time.Second
+	tc := newTestCluster(t, func(c *Config) { c.Memberlist.GossipToTheDeadTime = toTheDead })
+	tc.startNodes(ctx, "g", 2)
+	n := tc.node("g0")
+	peer := tc.remove("g1")
+	addr := peer.c.GossipAddr()
+	peer.c.Close()
+	hole := newBlackHole(t, addr, false)
+	testkit.WaitFor(ctx, t, "the crashed peer to leave the table", func() bool { return n.c.Table().Len() == 1 })
+	lost := time.Now() // at or after the loop saw it go
+	// Before, memberlist's probes fell back to TCP: they don't count.
+	testkit.WaitFor(ctx, t, "a rejoin of the crashed peer", func() bool { return hole.acceptedAfter(lost) })
+	hole.mu.Lock()
+	i, _ := slices.BinarySearchFunc(hole.times, lost, time.Time.Compare)
+	first := hole.times[i]
+	hole.mu.Unlock()
+	// Half of it: the loop saw the peer go before the test did, by less
+	// than that on any machine this runs on.
+	if waited := first.Sub(lost); waited < toTheDead/2 {
+		t.Fatalf("the crashed peer was re-joined %v after it left the view, before memberlist's GossipToTheDeadTime (%v)", waited, toTheDead)
 	}
 }

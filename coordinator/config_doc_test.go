@@ -77,7 +77,7 @@ var (
 	perPresetDuration = regexp.MustCompile(`^LAN (\S+), WAN (\S+), local (\S+)\.$`)
 	perPresetString   = regexp.MustCompile(`^(\w+) "([^"]*)" \(LAN, WAN\), "([^"]*)" \(local\)\.$`)
 	oneString         = regexp.MustCompile(`^"([^"]*)"\.$`)
-	memberlistBases   = regexp.MustCompile(`^LAN memberlist\.DefaultLANConfig\(\), WAN memberlist\.DefaultWANConfig\(\), local memberlist\.DefaultLocalConfig\(\) with faster probes \(see LocalConfig\); DeadNodeReclaimTime LAN (\S+), WAN (\S+), local (\S+)\.$`)
+	memberlistBases   = regexp.MustCompile(`^LAN memberlist\.DefaultLANConfig\(\), WAN memberlist\.DefaultWANConfig\(\), local memberlist\.DefaultLocalConfig\(\) with faster probes and no compression \(see LocalConfig\); DeadNodeReclaimTime LAN (\S+), WAN (\S+), local (\S+)\.$`)
 )
 
 // Issue 11, defect 14: the Config comments disagreed with the presets
@@ -246,6 +246,10 @@ func checkMemberlistBase(preset string, got, base *memberlist.Config, reclaim st
 	if got.IndirectChecks != base.IndirectChecks || got.RetransmitMult != base.RetransmitMult ||
 		got.GossipNodes != base.GossipNodes || got.UDPBufferSize != base.UDPBufferSize {
 		bad = append(bad, fmt.Sprintf("Memberlist: %s is not built on the documented base", preset))
+	}
+	// Compression is memberlist's default but for the local preset's.
+	if want := base.EnableCompression && preset != "local"; got.EnableCompression != want {
+		bad = append(bad, fmt.Sprintf("Memberlist: %s EnableCompression %v, the doc says %v", preset, got.EnableCompression, want))
 	}
 	if got.DeadNodeReclaimTime != d {
 		bad = append(bad, fmt.Sprintf("Memberlist: %s DeadNodeReclaimTime %v, the doc says %v", preset, got.DeadNodeReclaimTime, d))

@@ -112,6 +112,9 @@ const rejoinFanout = 2
 type knownMember struct {
 	addr     string
 	lastSeen time.Time
+	// missingSince: when the view last lost the member (zero while it is
+	// in the view).
+	missingSince time.Time
 }
 
 // machineConfig is the machine's configuration: Config's, with the
@@ -247,6 +250,12 @@ func (l *loop) refreshMembers() {
 	for _, name := range left {
 		delete(l.known, name)
 	}
+	for name, k := range l.known {
+		if _, ok := members[name]; !ok && k.missingSince.IsZero() {
+			k.missingSince = now
+			l.known[name] = k
+		}
+	}
 	for _, vm := range vms {
 		if vm.Name != c.cfg.Name {
 			l.reach.Heard(now, reach.Member{Name: vm.Name, Incarnation: vm.Incarnation}, vm.Stable == (quorum.StableID{}))
@@ -334,6 +343,12 @@ func (l *loop) published(old, t *ring.Table, members map[string]ownership.Member
 // does the rest. A member unseen for ReconnectTimeout is forgotten. One
 // rejoin runs at a time.
 //
+// A member is re-joined only once memberlist has stopped gossiping to it
+// (GossipToTheDeadTime after the view lost it): before that, one declared
+// dead by mistake refutes it by itself, and at 100 x 4096 in one process,
+// where load made members look dead every second, re-joining them at once
+// was a twentieth of the CPU, every join a whole register each way.
+//
 // A join sends the whole register both ways. Joining every missing member
 // every round, as rejoin did, made each node's cost grow with the members
 // it missed: at 100 x 4096 in one process, where load made members look
@@ -355,6 +370,9 @@ func (l *loop) rejoin() {
 		if now.Sub(k.lastSeen) > c.cfg.ReconnectTimeout {
 			delete(l.known, name)
 			continue
+		}
+		if now.Sub(k.missingSince) < c.cfg.Memberlist.GossipToTheDeadTime {
+			continue // memberlist still gossips to it
 		}
 		addrs = append(addrs, k.addr)
 	}

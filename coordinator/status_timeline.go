@@ -66,7 +66,7 @@ func (tl *timeline) observe(e Event, t *ring.Table, reg *gossip.Register) {
 		cause = &Cause{Kind: "joined", Node: e.Node}
 	case EventMemberLeft:
 		cause = &Cause{Kind: "left", Node: e.Node}
-		if n := heldBy(reg, e.Node); n > 0 {
+		if n := reg.HeldBy(e.Node); n > 0 {
 			cause.Kind, cause.Held = "failed", n
 		}
 	case EventLeaving, EventMemberLeaving:
@@ -141,17 +141,6 @@ func pending(g MoveGroup, reg *gossip.Register) int {
 			if cl := reg.GetClaim(p); m.To != "" && (cl.Released || cl.Token.Owner != m.To) {
 				n++
 			}
-		}
-	}
-	return n
-}
-
-// heldBy counts the partitions whose latest claim node holds.
-func heldBy(reg *gossip.Register, node string) int {
-	n := 0
-	for p := range uint32(reg.Partitions()) {
-		if cl := reg.GetClaim(p); !cl.Released && cl.Token.Owner == node {
-			n++
 		}
 	}
 	return n

@@ -32,6 +32,7 @@ type Table struct {
 	ownerIx []int32  // owner member index, by partition
 	start   []int32  // ring index where the partition's walk starts, by partition
 	ring    []point  // virtual nodes, ascending by (hash, member)
+	byHash  []point  // partitions, ascending by hash (id: the partition); shared by rebuilt tables
 	fp      uint64
 }
 
@@ -54,8 +55,10 @@ type point struct {
 // are still members: they appear in Members and Replicas.
 //
 // Building takes time and memory linear in members × VirtualNodes plus
-// Partitions, and the Table keeps the ring (16 bytes per point) for Replicas;
-// see the package documentation for measurements.
+// Partitions, and the Table keeps the ring (16 bytes per point) for Replicas
+// and the partitions' hashes (16 bytes per partition, shared with the
+// Tables Rebuild makes from it); see the package documentation for
+// measurements.
 func New(members []string, cfg Config) (*Table, error) {
 	return build(members, cfg, nil)
 }
@@ -107,6 +110,11 @@ func build(members []string, cfg Config, prev *Table) (*Table, error) {
 	}
 	if prev == nil || !t.reuseRing(prev) {
 		t.ring = buildRing(names, cfg.VirtualNodes)
+	}
+	if prev != nil && len(prev.byHash) == cfg.Partitions {
+		t.byHash = prev.byHash // a function of Partitions alone
+	} else {
+		t.byHash = partitionsByHash(cfg.Partitions)
 	}
 	if err := t.place(); err != nil {
 		return nil, err
@@ -257,16 +265,10 @@ func (t *Table) place() error {
 
 // findStarts sets start[p] to the index of the first point whose hash is at
 // least the hash of partition p (its little-endian 8-byte id), wrapping to 0.
-// It sorts the partitions by hash and merges them with the ring.
+// It merges the partitions, sorted by hash, with the ring.
 func (t *Table) findStarts() {
-	parts := make([]point, len(t.owners))
-	var key [8]byte
-	for p := range parts {
-		binary.LittleEndian.PutUint64(key[:], uint64(p))
-		parts[p] = point{hash: xxhash.Sum64(key[:]), id: int32(p)}
-	}
 	idx := 0
-	for _, part := range sortPoints(parts) {
+	for _, part := range t.byHash {
 		for idx < len(t.ring) && t.ring[idx].hash < part.hash {
 			idx++
 		}
@@ -276,6 +278,18 @@ func (t *Table) findStarts() {
 			t.start[part.id] = int32(idx)
 		}
 	}
+}
+
+// partitionsByHash returns partitions 0 to n-1 as points, sorted by the
+// hash of each one's little-endian 8-byte id.
+func partitionsByHash(n int) []point {
+	parts := make([]point, n)
+	var key [8]byte
+	for p := range parts {
+		binary.LittleEndian.PutUint64(key[:], uint64(p))
+		parts[p] = point{hash: xxhash.Sum64(key[:]), id: int32(p)}
+	}
+	return sortPoints(parts)
 }
 
 // sortPoints sorts points by hash, keeping points of equal hash in their

@@ -186,6 +186,20 @@ func (r *Register) GetClaim(p uint32) Claim {
 	return r.claims[p]
 }
 
+// HeldBy counts the partitions whose highest claim owner holds (not
+// released), under one lock: a count by GetClaim takes one a partition.
+func (r *Register) HeldBy(owner string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.claims {
+		if !c.Released && c.Token.Owner == owner && owner != "" {
+			n++
+		}
+	}
+	return n
+}
+
 // All yields the claims held, in partition order. It iterates over a
 // snapshot taken when iteration starts, so the register may change (even
 // from inside the loop) without affecting it.

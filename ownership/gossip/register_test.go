@@ -187,6 +187,26 @@ func regMerge(t *testing.T, a, b *Register) *Register {
 	return out
 }
 
+// TestRegisterHeldBy counts a holder's unreleased highest claims, and
+// nothing for a released one, another holder or no name.
+func TestRegisterHeldBy(t *testing.T) {
+	r, err := NewRegister(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Observe(memTok(0, 1, "a"))
+	r.Observe(memTok(1, 1, "a"))
+	r.Observe(memTok(2, 1, "b"))
+	r.ObserveClaim(Claim{Token: memTok(3, 1, "a"), Released: true})
+	r.Observe(memTok(4, 1, "a"))
+	r.Observe(memTok(4, 2, "b")) // a's claim of 4 is no longer the highest
+	for owner, want := range map[string]int{"a": 2, "b": 2, "c": 0, "": 0} {
+		if got := r.HeldBy(owner); got != want {
+			t.Errorf("HeldBy(%q) = %d, want %d", owner, got, want)
+		}
+	}
+}
+
 func TestRegisterMergeProperties(t *testing.T) {
 	const partitions = 6
 	rng := rand.New(rand.NewPCG(1, 2))
