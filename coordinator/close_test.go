@@ -267,6 +267,13 @@ func TestRejoinJoinsAFewMissingMembersARound(t *testing.T) {
 		}
 		return out
 	}
+	// The window starts once every lost member is due (rejoinAfter): a
+	// measurement's start, not a wait for a condition.
+	select {
+	case <-time.After(rejoinAfter(n.c.cfg)):
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
 	before := dials()
 	// A window of 12 RejoinIntervals: a measurement, not a wait.
 	const rounds = 12
@@ -289,18 +296,25 @@ func TestRejoinJoinsAFewMissingMembersARound(t *testing.T) {
 	}
 }
 
-// TestRejoinWaitsForGossipToTheDead: a member the view lost is re-joined
-// only once memberlist has stopped gossiping to it (GossipToTheDeadTime):
-// re-joining at once, every member a busy machine made look dead was sent
-// the whole register each way (issue 22, 100 x 4096 in one process).
-func TestRejoinWaitsForGossipToTheDead(t *testing.T) {
+// TestRejoinWaitsForARefutation: a member the view lost is re-joined only
+// once it has been missing for two RejoinIntervals (rejoinAfter), time for
+// one declared dead by mistake to refute it: re-joining at once, every
+// member a busy machine made look dead was sent the whole register each way
+// (issue 22, 100 x 4096 in one process).
+func TestRejoinWaitsForARefutation(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	const toTheDead = 4 * time.Second
-	tc := newTestCluster(t, func(c *Config) { c.Memberlist.GossipToTheDeadTime = toTheDead })
+	tc := newTestCluster(t, func(c *Config) {
+		c.RejoinInterval = time.Second
+		c.Memberlist.GossipToTheDeadTime = time.Minute
+	})
 	tc.startNodes(ctx, "g", 2)
 	n := tc.node("g0")
+	after := rejoinAfter(n.c.cfg)
+	if after != 2*time.Second {
+		t.Fatalf("rejoinAfter = %v, want two RejoinIntervals (2s)", after)
+	}
 	peer := tc.remove("g1")
 	addr := peer.c.GossipAddr()
 	peer.c.Close()
@@ -313,9 +327,29 @@ func TestRejoinWaitsForGossipToTheDead(t *testing.T) {
 	i, _ := slices.BinarySearchFunc(hole.times, lost, time.Time.Compare)
 	first := hole.times[i]
 	hole.mu.Unlock()
-	// Half of it: the loop saw the peer go before the test did, by less
-	// than that on any machine this runs on.
-	if waited := first.Sub(lost); waited < toTheDead/2 {
-		t.Fatalf("the crashed peer was re-joined %v after it left the view, before memberlist's GossipToTheDeadTime (%v)", waited, toTheDead)
+	// Without the wait the first round (within a RejoinInterval) joins it.
+	// Three quarters: the loop saw the peer go before the test did, by
+	// less than a quarter on any machine this runs on.
+	if waited := first.Sub(lost); waited < after*3/4 {
+		t.Fatalf("the crashed peer was re-joined %v after it left the view, before %v", waited, after)
+	}
+}
+
+// TestRejoinAfterIsTheShorterBound: two RejoinIntervals, or memberlist's
+// GossipToTheDeadTime if shorter, in the presets too.
+func TestRejoinAfterIsTheShorterBound(t *testing.T) {
+	for name, c := range map[string]Config{"LAN": LANConfig(), "local": LocalConfig()} {
+		want := min(2*c.RejoinInterval, c.Memberlist.GossipToTheDeadTime)
+		if got := rejoinAfter(c); got != want {
+			t.Errorf("%s: rejoinAfter %v, want %v", name, got, want)
+		}
+	}
+	c := LocalConfig()
+	c.Memberlist.GossipToTheDeadTime = 300 * time.Millisecond
+	if got := rejoinAfter(c); got != 300*time.Millisecond {
+		t.Errorf("rejoinAfter %v, want GossipToTheDeadTime (300ms), the shorter", got)
+	}
+	if lan, local := rejoinAfter(LANConfig()), rejoinAfter(LocalConfig()); lan != 10*time.Second || local != time.Second {
+		t.Errorf("rejoinAfter LAN %v, local %v; TIMING.md says 10s, 1s", lan, local)
 	}
 }

@@ -222,11 +222,11 @@ type Config struct {
 	// two addresses at a time drawn at random from them and, while one is
 	// missing, from its seeds (a seed written as a member's gossip address
 	// is left out while that member is live). A member is re-joined once it
-	// has been missing for Memberlist.GossipToTheDeadTime: until then
-	// memberlist's gossip still reaches it, and a member declared dead by
-	// mistake (a busy machine) hears so and refutes it. One join that gets
-	// through merges the member lists; each join sends the whole register
-	// both ways.
+	// has been missing for two RejoinIntervals (or
+	// Memberlist.GossipToTheDeadTime, if shorter): a member declared dead
+	// by mistake (a busy machine) refutes it within a few gossip rounds by
+	// itself. One join that gets through merges the member lists; each
+	// join sends the whole register both ways.
 	// Default: LAN 5s, WAN 15s, local 500ms.
 	RejoinInterval time.Duration
 	// ReconnectTimeout is how long a member that vanished without leaving

@@ -343,11 +343,11 @@ func (l *loop) published(old, t *ring.Table, members map[string]ownership.Member
 // does the rest. A member unseen for ReconnectTimeout is forgotten. One
 // rejoin runs at a time.
 //
-// A member is re-joined only once memberlist has stopped gossiping to it
-// (GossipToTheDeadTime after the view lost it): before that, one declared
-// dead by mistake refutes it by itself, and at 100 x 4096 in one process,
-// where load made members look dead every second, re-joining them at once
-// was a twentieth of the CPU, every join a whole register each way.
+// A member is re-joined only once it has been missing for rejoinAfter:
+// one declared dead by mistake (a busy machine) refutes it within a few
+// gossip rounds by itself, and at 100 x 4096 in one process, where load
+// made members look dead every second, re-joining them at once was a
+// twentieth of the CPU, every join a whole register each way.
 //
 // A join sends the whole register both ways. Joining every missing member
 // every round, as rejoin did, made each node's cost grow with the members
@@ -371,8 +371,8 @@ func (l *loop) rejoin() {
 			delete(l.known, name)
 			continue
 		}
-		if now.Sub(k.missingSince) < c.cfg.Memberlist.GossipToTheDeadTime {
-			continue // memberlist still gossips to it
+		if now.Sub(k.missingSince) < rejoinAfter(c.cfg) {
+			continue // it may refute its death by itself
 		}
 		addrs = append(addrs, k.addr)
 	}
@@ -399,6 +399,15 @@ func (l *loop) rejoin() {
 		}
 		return input{kind: inJoined}
 	})
+}
+
+// rejoinAfter is how long a member must have been missing before rejoin
+// joins it: two RejoinIntervals, or memberlist's GossipToTheDeadTime if
+// shorter (memberlist gossips to a dead member until then). A split that
+// heals sooner than that is joined up again at most that long after it
+// began.
+func rejoinAfter(cfg Config) time.Duration {
+	return min(2*cfg.RejoinInterval, cfg.Memberlist.GossipToTheDeadTime)
 }
 
 // apply feeds one input to the machine.
