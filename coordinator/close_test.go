@@ -144,12 +144,28 @@ func TestLeaveReturnsWhenCloseRunsDuringTheHandoff(t *testing.T) {
 // address, now free for a black hole.
 func crashedPeerAddr(ctx context.Context, t *testing.T, tweak func(*Config)) (*testNode, string) {
 	t.Helper()
-	tc := newTestCluster(t, tweak)
+	tc := newTestCluster(t, func(c *Config) {
+		noTCPPings(c)
+		if tweak != nil {
+			tweak(c)
+		}
+	})
 	tc.startNodes(ctx, "b", 2)
 	peer := tc.remove("b1")
 	addr := peer.c.GossipAddr()
 	peer.c.Close()
 	return tc.node("b0"), addr
+}
+
+// noTCPPings turns memberlist's TCP fallback of a failed probe off, for
+// tests that count the connections a black hole accepts as rejoins: a
+// probe begun while the peer was only suspect connected to the hole 90-100
+// ms after the node had dropped the peer (a helper's review found the
+// rejoin tests passing or failing on such pings).
+func noTCPPings(c *Config) {
+	ml := *c.Memberlist
+	ml.DisableTcpPings = true
+	c.Memberlist = &ml
 }
 
 // Issue 11, defect 9: Close waited for rejoin goroutines that hang for
@@ -239,6 +255,43 @@ func TestKnownMembersForgottenAfterReconnectTimeout(t *testing.T) {
 	})
 }
 
+// ReconnectTimeout runs from the loss: a member lost after a quiet spell
+// longer than ReconnectTimeout is re-joined. It was counted from the last
+// refresh of the view that saw the member, which a quiet cluster doesn't
+// repeat, and such a member was forgotten unjoined at the first round (a
+// helper's review: a split after a quiet day never healed on LAN).
+func TestReconnectTimeoutRunsFromTheLoss(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	const reconnect = 3 * time.Second
+	tc := newTestCluster(t, func(c *Config) {
+		noTCPPings(c)
+		c.ReconnectTimeout = reconnect
+	})
+	tc.startNodes(ctx, "q", 2)
+	n := tc.node("q0")
+	tc.waitConverged(ctx)
+	// A quiet spell longer than ReconnectTimeout: the setup of the case,
+	// not a wait for a condition.
+	select {
+	case <-time.After(reconnect + time.Second):
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	peer := tc.remove("q1")
+	addr := peer.c.GossipAddr()
+	peer.c.Close()
+	hole := newBlackHole(t, addr, false)
+	testkit.WaitFor(ctx, t, "the crashed peer to leave the table", func() bool { return n.c.Table().Len() == 1 })
+	lost := time.Now()
+	// Rejoins start rejoinAfter (1 s) after the loss and stop
+	// ReconnectTimeout after it: a connection must come within that.
+	bctx, bcancel := context.WithTimeout(ctx, reconnect+5*time.Second)
+	defer bcancel()
+	testkit.WaitFor(bctx, t, "a rejoin of the peer lost after a quiet spell", func() bool { return hole.acceptedAfter(lost) })
+}
+
 // Issue 22: a rejoin joins at most rejoinFanout of the missing members a
 // round, drawn at random, not all of them: one join that gets through
 // merges the member lists, and each join sends the whole register both
@@ -249,7 +302,7 @@ func TestRejoinJoinsAFewMissingMembersARound(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	tc := newTestCluster(t, nil)
+	tc := newTestCluster(t, noTCPPings)
 	tc.startNodes(ctx, "f", 4)
 	n := tc.node("f0")
 	var holes []*blackHole
@@ -306,6 +359,7 @@ func TestRejoinWaitsForARefutation(t *testing.T) {
 	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tc := newTestCluster(t, func(c *Config) {
+		noTCPPings(c)
 		c.RejoinInterval = time.Second
 		c.Memberlist.GossipToTheDeadTime = time.Minute
 	})
@@ -321,20 +375,14 @@ func TestRejoinWaitsForARefutation(t *testing.T) {
 	hole := newBlackHole(t, addr, false)
 	testkit.WaitFor(ctx, t, "the crashed peer to leave the table", func() bool { return n.c.Table().Len() == 1 })
 	lost := time.Now() // at or after the loop saw it go
-	// memberlist's probes fall back to TCP: a probe begun before the peer
-	// was declared dead may connect a little after (91 ms once, beside the
-	// rest of the suite). Connections in the first quarter of the wait
-	// don't count.
-	from := lost.Add(after / 4)
-	testkit.WaitFor(ctx, t, "a rejoin of the crashed peer", func() bool { return hole.acceptedAfter(from) })
+	testkit.WaitFor(ctx, t, "a rejoin of the crashed peer", func() bool { return hole.acceptedAfter(lost) })
 	hole.mu.Lock()
-	i, _ := slices.BinarySearchFunc(hole.times, from, time.Time.Compare)
+	i, _ := slices.BinarySearchFunc(hole.times, lost, time.Time.Compare)
 	first := hole.times[i]
 	hole.mu.Unlock()
 	// Without the wait a round joins it within a RejoinInterval (half the
-	// wait) of the first quarter's end. Three quarters: the loop saw the
-	// peer go before the test did, by less than a quarter on any machine
-	// this runs on.
+	// wait). Three quarters: the loop saw the peer go before the test did,
+	// by less than a quarter on any machine this runs on.
 	if waited := first.Sub(lost); waited < after*3/4 {
 		t.Fatalf("the crashed peer was re-joined %v after it left the view, before %v", waited, after)
 	}

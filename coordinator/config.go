@@ -113,12 +113,12 @@ type Config struct {
 	ServiceAddr string
 	// Seeds are gossip addresses (host:port) joined by Start (which tries
 	// again, with backoff, until one answers or its context ends) and
-	// re-joined while a member is missing (see RejoinInterval), so a healed
-	// network partition merges again. A node with no seeds founds a
-	// cluster of its own; a node with seeds learns the cluster's stable
-	// membership from them before it claims anything (a whole cluster
-	// whose nodes all list each other as seeds forms once its view has
-	// been unchanged for StableAfter).
+	// re-joined while a lost member is due for a rejoin (see
+	// RejoinInterval), so a healed network partition merges again. A node
+	// with no seeds founds a cluster of its own; a node with seeds learns
+	// the cluster's stable membership from them before it claims anything
+	// (a whole cluster whose nodes all list each other as seeds forms once
+	// its view has been unchanged for StableAfter).
 	Seeds []string
 
 	// Ring places partitions on members. Every node of a cluster must use
@@ -224,13 +224,15 @@ type Config struct {
 	// is left out while that member is live). A member is re-joined once it
 	// has been missing for two RejoinIntervals (or
 	// Memberlist.GossipToTheDeadTime, if shorter): a member declared dead
-	// by mistake (a busy machine) refutes it within a few gossip rounds by
-	// itself. One join that gets through merges the member lists; each
-	// join sends the whole register both ways.
+	// by mistake (a busy machine) usually refutes it by itself. One join
+	// that gets through merges the member lists; each join sends the whole
+	// register both ways.
 	// Default: LAN 5s, WAN 15s, local 500ms.
 	RejoinInterval time.Duration
 	// ReconnectTimeout is how long a member that vanished without leaving
-	// (a crash or a partition) is re-joined before it is forgotten.
+	// (a crash or a partition) is re-joined before it is forgotten, counted
+	// from when this node lost it. One shorter than two RejoinIntervals
+	// re-joins nothing (see RejoinInterval).
 	// Default: LAN 24h, WAN 72h, local 1m.
 	ReconnectTimeout time.Duration
 	// StableAfter: a membership unchanged for this long becomes the stable

@@ -110,10 +110,10 @@ const rejoinFanout = 2
 
 // knownMember is a member once seen, for rejoin after a partition heals.
 type knownMember struct {
-	addr     string
-	lastSeen time.Time
+	addr string
 	// missingSince: when the view last lost the member (zero while it is
-	// in the view).
+	// in the view). Rejoins start rejoinAfter later and stop
+	// ReconnectTimeout later.
 	missingSince time.Time
 }
 
@@ -239,16 +239,18 @@ func (l *loop) refreshMembers() {
 	members := make(map[string]ownership.Member)
 	var vms []machine.ViewMember
 	now := c.cfg.Clock.Now()
+	// Leavers first: one that left and came back since the last refresh
+	// is live, and known again below.
+	for _, name := range left {
+		delete(l.known, name)
+	}
 	for _, e := range live {
 		if e.err != nil || c.refusal(e.member.Name, e.meta) != nil {
 			continue // refused by the alive delegate; never placed
 		}
 		members[e.member.Name] = e.member
-		l.known[e.member.Name] = knownMember{addr: e.member.GossipAddr, lastSeen: now}
+		l.known[e.member.Name] = knownMember{addr: e.member.GossipAddr}
 		vms = append(vms, machine.ViewMember{Name: e.member.Name, Incarnation: e.meta.Incarnation, Stable: e.meta.Stable, Leaving: e.meta.Leaving})
-	}
-	for _, name := range left {
-		delete(l.known, name)
 	}
 	for name, k := range l.known {
 		if _, ok := members[name]; !ok && k.missingSince.IsZero() {
@@ -340,14 +342,14 @@ func (l *loop) published(old, t *ring.Table, members map[string]ownership.Member
 // one is missing, the seeds that aren't members, so both sides of a healed
 // partition find each other again. One join that gets through is enough:
 // memberlist's push/pull hands over the whole member list, and gossip
-// does the rest. A member unseen for ReconnectTimeout is forgotten. One
+// does the rest. A member missing for ReconnectTimeout is forgotten. One
 // rejoin runs at a time.
 //
 // A member is re-joined only once it has been missing for rejoinAfter:
-// one declared dead by mistake (a busy machine) refutes it within a few
-// gossip rounds by itself, and at 100 x 4096 in one process, where load
-// made members look dead every second, re-joining them at once was a
-// twentieth of the CPU, every join a whole register each way.
+// one declared dead by mistake (a busy machine) usually refutes it by
+// itself, and at 100 x 4096 in one process, where load made members look
+// dead every second, re-joining them at once was a twentieth of the CPU,
+// every join a whole register each way.
 //
 // A join sends the whole register both ways. Joining every missing member
 // every round, as rejoin did, made each node's cost grow with the members
@@ -367,7 +369,13 @@ func (l *loop) rejoin() {
 		if _, ok := v.members[name]; ok || t.Has(name) {
 			continue
 		}
-		if now.Sub(k.lastSeen) > c.cfg.ReconnectTimeout {
+		if k.missingSince.IsZero() {
+			continue // not lost yet, by the last refresh
+		}
+		// From the loss, not from the last refresh that saw the member:
+		// after a quiet spell longer than ReconnectTimeout, that refresh is
+		// long past, and the member was forgotten unjoined.
+		if now.Sub(k.missingSince) > c.cfg.ReconnectTimeout {
 			delete(l.known, name)
 			continue
 		}
@@ -401,11 +409,13 @@ func (l *loop) rejoin() {
 	})
 }
 
-// rejoinAfter is how long a member must have been missing before rejoin
-// joins it: two RejoinIntervals, or memberlist's GossipToTheDeadTime if
-// shorter (memberlist gossips to a dead member until then). A split that
-// heals sooner than that is joined up again at most that long after it
-// began.
+// rejoinAfter is how long a member must have been missing from this
+// node's view before rejoin joins it: two RejoinIntervals, or memberlist's
+// GossipToTheDeadTime if shorter (past it, memberlist sends a dead member
+// nothing, so a member declared dead by mistake can no longer learn it and
+// refute it). A split that heals sooner is joined up again about
+// rejoinAfter plus a RejoinInterval after this node declared the far side
+// dead.
 func rejoinAfter(cfg Config) time.Duration {
 	return min(2*cfg.RejoinInterval, cfg.Memberlist.GossipToTheDeadTime)
 }

@@ -15,7 +15,7 @@ import (
 
 var (
 	scaleFlag  = flag.Bool("scale", false, "TestScale runs 25 and 50 nodes x 271 and 4096 partitions (heavy: run it alone)")
-	scaleStuck = flag.String("scale.stuckcpu", "", "scaleRun: write a 15 s CPU profile to this file once a wait for convergence has taken 15 s (the first such wait only)")
+	scaleStuck = flag.String("scale.stuckcpu", "", "scaleRun: write a 15 s CPU profile of the first wait for convergence of each point that takes 15 s, to this file name with the point's name appended (the profile's 15 s count in the point's times)")
 	scaleCPU   = flag.String("scale.cpu", "", "scaleRun: write a CPU profile of each point's idle window (the converged cluster, quiet) to this file name with the point's name appended")
 )
 
@@ -33,13 +33,15 @@ type scaleCluster struct {
 	partitions int
 	fence      *ownership.MemoryFence
 	nodes      []*Coordinator
-	// stuckProfiled: -scale.stuckcpu's profile is written.
+	// name is the point's, for file names; stuckProfiled: its
+	// -scale.stuckcpu profile is written.
+	name          string
 	stuckProfiled bool
 }
 
 // profileStuck writes a 15 s CPU profile to file: where a cluster that
 // doesn't converge spends its CPU.
-func (sc *scaleCluster) profileStuck(file string) {
+func (sc *scaleCluster) profileStuck(ctx context.Context, file string) {
 	f, err := os.Create(file)
 	if err != nil {
 		sc.t.Errorf("-scale.stuckcpu: %v", err)
@@ -50,7 +52,10 @@ func (sc *scaleCluster) profileStuck(file string) {
 		sc.t.Errorf("-scale.stuckcpu: %v", err)
 		return
 	}
-	time.Sleep(15 * time.Second) // a measurement window, not a wait
+	select { // a measurement window, not a wait
+	case <-time.After(15 * time.Second):
+	case <-ctx.Done():
+	}
 	pprof.StopCPUProfile()
 	sc.t.Logf("wrote a CPU profile of the wait to %s", file)
 }
@@ -148,7 +153,7 @@ func (sc *scaleCluster) waitConverged(ctx context.Context) error {
 			said = time.Now()
 			if *scaleStuck != "" && !sc.stuckProfiled {
 				sc.stuckProfiled = true
-				sc.profileStuck(*scaleStuck)
+				sc.profileStuck(ctx, *scaleStuck+"."+sc.name)
 			}
 			sc.t.Logf("%.0f s, not converged: %v; %s", time.Since(began).Seconds(), err, sc.summary())
 		}
@@ -228,6 +233,7 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	defer cancel()
 	sc := newScaleCluster(t, partitions)
 	name := fmt.Sprintf("scale.%dx%d", n, partitions)
+	sc.name = name
 	begin := time.Now()
 	for range n {
 		t0, tr0 := time.Now(), sc.traffic()

@@ -67,8 +67,8 @@ func New(members []string, cfg Config) (*Table, error) {
 // cfg, with the same errors, built faster when members share most names
 // with t's: it hashes and sorts only the virtual nodes of names new to t
 // and merges them with t's ring, in time linear in members × VirtualNodes
-// plus Partitions (New sorts the whole ring). A nil t has no Config:
-// Rebuild then returns ErrInvalidConfig.
+// plus Partitions (New hashes and sorts every point). A nil t has no
+// Config: Rebuild then returns ErrInvalidConfig.
 func (t *Table) Rebuild(members []string) (*Table, error) {
 	if t == nil {
 		return nil, fmt.Errorf("%w: Rebuild of a nil Table", ErrInvalidConfig)
@@ -173,7 +173,7 @@ func ringPoints(names []string, vnodes int) []point {
 // collision: about one ring in a billion at a thousand members).
 func (t *Table) reuseRing(prev *Table) bool {
 	if prev.cfg.VirtualNodes != t.cfg.VirtualNodes {
-		return false
+		return false // never from Rebuild (prev's Config is t's): a guard
 	}
 	// remap[i] is prev's member i's index in t, or -1; added lists t's
 	// members that prev doesn't have. Both member lists are sorted.

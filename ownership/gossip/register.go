@@ -189,11 +189,14 @@ func (r *Register) GetClaim(p uint32) Claim {
 // HeldBy counts the partitions whose highest claim owner holds (not
 // released), under one lock: a count by GetClaim takes one a partition.
 func (r *Register) HeldBy(owner string) int {
+	if owner == "" {
+		return 0 // the zero claim's: nothing known
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
 	for _, c := range r.claims {
-		if !c.Released && c.Token.Owner == owner && owner != "" {
+		if !c.Released && c.Token.Owner == owner {
 			n++
 		}
 	}
