@@ -231,8 +231,8 @@ type Config struct {
 	RejoinInterval time.Duration
 	// ReconnectTimeout is how long a member that vanished without leaving
 	// (a crash or a partition) is re-joined before it is forgotten, counted
-	// from when this node lost it. One shorter than two RejoinIntervals
-	// re-joins nothing (see RejoinInterval).
+	// from when this node lost it. One no longer than the wait before a
+	// rejoin (see RejoinInterval) re-joins nothing.
 	// Default: LAN 24h, WAN 72h, local 1m.
 	ReconnectTimeout time.Duration
 	// StableAfter: a membership unchanged for this long becomes the stable

@@ -348,8 +348,8 @@ func (l *loop) published(old, t *ring.Table, members map[string]ownership.Member
 // A member is re-joined only once it has been missing for rejoinAfter:
 // one declared dead by mistake (a busy machine) usually refutes it by
 // itself, and at 100 x 4096 in one process, where load made members look
-// dead every second, re-joining them at once was a twentieth of the CPU,
-// every join a whole register each way.
+// dead every second, re-joining them at once was 7% of the CPU, every
+// join a whole register each way.
 //
 // A join sends the whole register both ways. Joining every missing member
 // every round, as rejoin did, made each node's cost grow with the members
