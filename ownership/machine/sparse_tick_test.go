@@ -96,8 +96,9 @@ func sparseTickTrial(t *testing.T, seed uint64) int {
 		}
 		return ownership.Token{Partition: p, Epoch: epoch, Owner: owner, Incarnation: inc}
 	}
+	var last View // the last view installed
 	for step = range 400 {
-		switch k := r.IntN(22); {
+		switch k := r.IntN(24); {
 		case k < 2: // a new view
 			var v View
 			var placed []string
@@ -110,6 +111,8 @@ func sparseTickTrial(t *testing.T, seed uint64) int {
 					Unreachable: n != self.Name && r.IntN(6) == 0}
 				if n == self.Name {
 					vm.Incarnation = self.Incarnation
+				} else if r.IntN(6) == 0 {
+					vm.Incarnation = 0 // life unknown
 				}
 				switch r.IntN(4) {
 				case 0: // shows nothing
@@ -134,35 +137,64 @@ func sparseTickTrial(t *testing.T, seed uint64) int {
 				}
 				v.Placement = &scriptPlacement{owners: owners, members: placed}
 			}
+			last = v
 			both(fmt.Sprintf("view %v", v.Members), func(m *Machine) {
 				if err := m.SetView(v); err != nil {
 					t.Fatal(err)
 				}
 			})
-		case k < 4: // a newer stable membership heard, now and then of a member unknown here (doubt)
+		case k < 4 && last.Members != nil: // the same view with other metadata: stable memberships, reachability
+			v := View{Placement: last.Placement, Members: slices.Clone(last.Members)}
+			stable := sparse.Stable().ID()
+			for i := range v.Members {
+				switch r.IntN(3) {
+				case 0:
+					v.Members[i].Stable = stable
+				case 1:
+					v.Members[i].Stable = quorum.StableID{Version: stable.Version + 1, Hash: r.Uint64()}
+				}
+				if v.Members[i].Name != self.Name {
+					v.Members[i].Unreachable = r.IntN(5) == 0
+				}
+			}
+			// Now and then a leaver whose life is unknown comes or goes:
+			// the placement and the lives known stay, the members don't.
+			if i := slices.IndexFunc(v.Members, func(vm ViewMember) bool { return vm.Incarnation == 0 && vm.Leaving }); i >= 0 && r.IntN(2) == 0 {
+				v.Members = slices.Delete(v.Members, i, i+1)
+			} else if n := names[1+r.IntN(3)]; r.IntN(2) == 0 && !slices.ContainsFunc(v.Members, func(vm ViewMember) bool { return vm.Name == n }) {
+				v.Members = append(v.Members, ViewMember{Name: n, Leaving: true})
+			}
+			last = v
+			r.Shuffle(len(v.Members), func(i, j int) { v.Members[i], v.Members[j] = v.Members[j], v.Members[i] })
+			both(fmt.Sprintf("metadata %v", v.Members), func(m *Machine) {
+				if err := m.SetView(v); err != nil {
+					t.Fatal(err)
+				}
+			})
+		case k < 6: // a newer stable membership heard, now and then of a member unknown here (doubt)
 			ms := slices.Clone(names[:2+r.IntN(3)])
 			if r.IntN(2) == 0 {
 				ms = append(ms, "e", "f")
 			}
 			s := quorum.NewStable(sparse.Stable().Version+uint64(1+r.IntN(2)), ms)
 			both("heard stable "+s.String(), func(m *Machine) { m.HeardStable(s) })
-		case k < 6: // a claim heard
+		case k < 8: // a claim heard
 			p := uint32(r.IntN(partitions))
 			h := sparse.Holder(p)
 			c := gossip.Claim{Token: token(p, h.Token.Epoch+uint64(r.IntN(3)), names[r.IntN(len(names))]), Released: r.IntN(3) == 0}
 			both("heard "+c.Token.String(), func(m *Machine) { _, _ = m.Heard(c) })
-		case k < 12 && len(pending) > 0: // an answer to one of its actions
+		case k < 14 && len(pending) > 0: // an answer to one of its actions
 			i := r.IntN(len(pending))
 			a := pending[i]
 			pending = slices.Delete(pending, i, i+1)
 			answerAction(r, a, both, token)
-		case k < 13: // a resignation of what it holds, if anything
+		case k < 15: // a resignation of what it holds, if anything
 			p := uint32(r.IntN(partitions))
 			if _, tk := sparse.Phase(p); !tk.IsZero() {
 				ended := r.IntN(2) == 0
 				both("resign "+tk.String(), func(m *Machine) { _ = m.Resign(tk, ended) })
 			}
-		case k < 14 && r.IntN(2) == 0: // a write rejected, or a resource that lost its fence
+		case k < 16 && r.IntN(2) == 0: // a write rejected, or a resource that lost its fence
 			p := uint32(r.IntN(partitions))
 			if _, tk := sparse.Phase(p); !tk.IsZero() {
 				if r.IntN(2) == 0 {
@@ -172,7 +204,7 @@ func sparseTickTrial(t *testing.T, seed uint64) int {
 					both("notfenced "+tk.String(), func(m *Machine) { m.NotFenced(tk) })
 				}
 			}
-		case k < 14 && r.IntN(15) == 0:
+		case k < 16 && r.IntN(15) == 0:
 			both("leave", func(m *Machine) { m.Leave() })
 		default:
 			for range 1 + r.IntN(3) {
@@ -223,5 +255,86 @@ func answerAction(r *rand.Rand, a Action, both func(string, func(*Machine)), tok
 		both("acquired "+a.String(), func(m *Machine) { m.Acquired(a.Token, err) })
 	case ActRelease:
 		both("released "+a.String(), func(m *Machine) { m.Released(a.Token) })
+	}
+}
+
+// TestMetadataViewStepsWhatAMemberChanges: a view that keeps the placement
+// but makes a member live (Machine.live) must step a partition placed
+// elsewhere that respects that member as a rival it could not see: it
+// takes it as a live member at once, as a full step does. SetView steps
+// only the partitions placed here when nothing such a step reads changed;
+// the members and their lives are part of that. Two ways: a member whose
+// life is unknown shows up; a member's life becomes the rival's.
+func TestMetadataViewStepsWhatAMemberChanges(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		views [][]ViewMember // after b joins, with x's entries
+	}{
+		{"x shows up, its life unknown", [][]ViewMember{{{Name: "x"}}}},
+		{"x's life becomes the rival's", [][]ViewMember{{{Name: "x", Incarnation: 4}}, {{Name: "x", Incarnation: 5}}}},
+	} {
+		t.Run(c.name, func(t *testing.T) { metadataViewCase(t, c.views) })
+	}
+}
+
+func metadataViewCase(t *testing.T, views [][]ViewMember) {
+	cfg := MachineConfig{Self: ownership.Node{Name: "a", Incarnation: 7}, Partitions: 2, Bootstrap: true, Fenced: true,
+		GraceTicks: 2, HandoffTicks: 2, StepDownTicks: 2, StableAfterTicks: 50, RetryTicks: 1}
+	var ms [2]*Machine
+	for i := range ms {
+		m, err := NewMachine(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.fullTicks = i == 1
+		ms[i] = m
+	}
+	place := func(owners ...string) Placement { return &scriptPlacement{owners: owners, members: []string{"a", "b"}} }
+	both := func(what string, f func(m *Machine)) {
+		t.Helper()
+		f(ms[0])
+		f(ms[1])
+		a0, a1 := ms[0].Ready(), ms[1].Ready()
+		if !slices.EqualFunc(a0, a1, func(x, y Action) bool { return x.String() == y.String() }) {
+			t.Fatalf("%s: actions %v, full steps %v", what, a0, a1)
+		}
+		for p := range ms[0].parts {
+			if ms[0].parts[p] != ms[1].parts[p] {
+				t.Fatalf("%s: p%d is\n%+v\n%+v\nwith full steps", what, p, ms[0].parts[p], ms[1].parts[p])
+			}
+		}
+	}
+	self := ViewMember{Name: "a", Incarnation: 7}
+	both("alone", func(m *Machine) {
+		if err := m.SetView(View{Members: []ViewMember{self}, Placement: &scriptPlacement{owners: []string{"a", "a"}, members: []string{"a"}}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	both("tick", func(m *Machine) { m.Tick() })
+	// Claim p0, then a fence that x, a member this node can't see, holds
+	// it above, in life 5: x is a rival it respects for StableAfter (lose).
+	mine := ownership.Token{Partition: 0, Epoch: 1, Owner: "a", Incarnation: 7}
+	both("claimed", func(m *Machine) { m.Claimed(0, mine, nil) })
+	higher := ownership.Token{Partition: 0, Epoch: 5, Owner: "x", Incarnation: 5}
+	both("fenced out", func(m *Machine) { m.Fenced(mine, &ownership.StaleTokenError{Token: mine, Current: higher}) })
+	if ms[0].parts[0].rivalUntil == 0 {
+		t.Fatal("the setup failed: no rival respected")
+	}
+	// b joins and takes p0: p0 is placed elsewhere now.
+	b := ViewMember{Name: "b", Incarnation: 2}
+	both("b joins", func(m *Machine) {
+		if err := m.SetView(View{Members: []ViewMember{self, b}, Placement: place("b", "a")}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, x := range views { // the placement stays
+		both(fmt.Sprintf("view with %+v", x), func(m *Machine) {
+			if err := m.SetView(View{Members: append([]ViewMember{self, b}, x...), Placement: place("b", "a")}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if ms[1].parts[0].rivalUntil != 0 {
+		t.Fatal("the reference kept respecting x as an unseen rival: the case tests nothing")
 	}
 }
