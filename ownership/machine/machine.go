@@ -369,9 +369,9 @@ type Machine struct {
 	// nextDeadline is at or before the earliest deadline of a handler call
 	// in flight (0: none): a tick before it has no call to expire.
 	nextDeadline uint64
-	// fullTicks makes every tick look at every call's deadline and step
-	// every partition, as before ticks were sparse: the differential
-	// test's reference.
+	// fullTicks makes every tick look at every call's deadline, and every
+	// tick, view and stable membership heard step every partition, as
+	// before steps were sparse: the differential test's reference.
 	fullTicks bool
 }
 
@@ -545,11 +545,11 @@ func (m *Machine) HeardStable(s quorum.Stable) {
 }
 
 // stepChanged steps what an input moved: every partition, or, when the
-// input left the placement, the members' lives, the leavers and the
-// quorum as they were (held), the partitions placed here only. Those are
-// all a step of any other partition reads that an input can change
-// (besides its own inputs, which step it themselves), so such a step would
-// do nothing, as at a Tick. At 100 x 4096 every join made each of 100
+// input left the placement, the members and their lives, and the quorum
+// as they were (held), the partitions placed here only. Those are all a
+// step of any other partition reads that such an input can change (its
+// own inputs step it themselves), so such a step would do nothing, as at
+// a Tick. At 100 x 4096 every join made each of 100
 // nodes re-advertise its stable membership, and each of those views
 // stepped all 4096 partitions on every node (issue 22).
 func (m *Machine) stepChanged(held bool) {
