@@ -502,7 +502,7 @@ func (m *Machine) SetView(v View) error {
 		return p.Fingerprint()
 	}
 	view := m.view
-	if m.view == 0 || fp(m.place) != fp(v.Placement) {
+	if m.view == 0 || (m.place == nil) != (v.Placement == nil) || fp(m.place) != fp(v.Placement) {
 		m.view++
 	}
 	m.place = v.Placement

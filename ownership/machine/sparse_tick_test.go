@@ -278,32 +278,9 @@ func TestMetadataViewStepsWhatAMemberChanges(t *testing.T) {
 }
 
 func metadataViewCase(t *testing.T, views [][]ViewMember) {
-	cfg := MachineConfig{Self: ownership.Node{Name: "a", Incarnation: 7}, Partitions: 2, Bootstrap: true, Fenced: true,
-		GraceTicks: 2, HandoffTicks: 2, StepDownTicks: 2, StableAfterTicks: 50, RetryTicks: 1}
-	var ms [2]*Machine
-	for i := range ms {
-		m, err := NewMachine(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.fullTicks = i == 1
-		ms[i] = m
-	}
+	both, ms := sparsePair(t, MachineConfig{Self: ownership.Node{Name: "a", Incarnation: 7}, Partitions: 2, Bootstrap: true, Fenced: true,
+		GraceTicks: 2, HandoffTicks: 2, StepDownTicks: 2, StableAfterTicks: 50, RetryTicks: 1})
 	place := func(owners ...string) Placement { return &scriptPlacement{owners: owners, members: []string{"a", "b"}} }
-	both := func(what string, f func(m *Machine)) {
-		t.Helper()
-		f(ms[0])
-		f(ms[1])
-		a0, a1 := ms[0].Ready(), ms[1].Ready()
-		if !slices.EqualFunc(a0, a1, func(x, y Action) bool { return x.String() == y.String() }) {
-			t.Fatalf("%s: actions %v, full steps %v", what, a0, a1)
-		}
-		for p := range ms[0].parts {
-			if ms[0].parts[p] != ms[1].parts[p] {
-				t.Fatalf("%s: p%d is\n%+v\n%+v\nwith full steps", what, p, ms[0].parts[p], ms[1].parts[p])
-			}
-		}
-	}
 	self := ViewMember{Name: "a", Incarnation: 7}
 	both("alone", func(m *Machine) {
 		if err := m.SetView(View{Members: []ViewMember{self}, Placement: &scriptPlacement{owners: []string{"a", "a"}, members: []string{"a"}}}); err != nil {
@@ -336,5 +313,153 @@ func metadataViewCase(t *testing.T, views [][]ViewMember) {
 	}
 	if ms[1].parts[0].rivalUntil != 0 {
 		t.Fatal("the reference kept respecting x as an unseen rival: the case tests nothing")
+	}
+}
+
+// sparsePair returns two machines of cfg, the second with full steps (the
+// reference), and a function that feeds both the same input and fails the
+// test unless their actions and partitions agree after it.
+func sparsePair(t *testing.T, cfg MachineConfig) (func(string, func(*Machine)), [2]*Machine) {
+	var ms [2]*Machine
+	for i := range ms {
+		m, err := NewMachine(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.fullTicks = i == 1
+		ms[i] = m
+	}
+	return func(what string, f func(m *Machine)) {
+		t.Helper()
+		f(ms[0])
+		f(ms[1])
+		a0, a1 := ms[0].Ready(), ms[1].Ready()
+		if !slices.EqualFunc(a0, a1, func(x, y Action) bool { return x.String() == y.String() }) {
+			t.Fatalf("%s: actions %v, full steps %v", what, a0, a1)
+		}
+		for p := range ms[0].parts {
+			if ms[0].parts[p] != ms[1].parts[p] {
+				t.Fatalf("%s: p%d is\n%+v\n%+v\nwith full steps", what, p, ms[0].parts[p], ms[1].parts[p])
+			}
+		}
+	}, ms
+}
+
+// Quorum changes inside an input that keeps the placement, the members
+// and their lives (a helper's review: each of SetView's and HeardStable's
+// checks of the quorum before and after could go unnoticed by the
+// differential test, whose StepDownTicks is never 0). The reference steps
+// every partition.
+func quorumPair(t *testing.T, stepDown int) (func(string, func(*Machine)), *Machine, func(string, Placement, ...ViewMember)) {
+	both, ms := sparsePair(t, MachineConfig{Self: ownership.Node{Name: "a", Incarnation: 7}, Partitions: 2, Bootstrap: true,
+		GraceTicks: 2, HandoffTicks: 2, StepDownTicks: stepDown, StableAfterTicks: 50, RetryTicks: 1})
+	set := func(what string, pl Placement, vms ...ViewMember) {
+		both(what, func(m *Machine) {
+			if err := m.SetView(View{Members: vms, Placement: pl}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	set("a alone", &scriptPlacement{owners: []string{"a", "a"}, members: []string{"a"}}, ViewMember{Name: "a", Incarnation: 7})
+	both("tick", func(m *Machine) { m.Tick() })
+	return both, ms[0], set
+}
+
+// The quorum comes back in a view that changes only a member's
+// reachability, after the ring moved an Owned partition away while there
+// was none: it is released, not served until it is fenced.
+func TestMetadataViewQuorumBackReleases(t *testing.T) {
+	both, m, set := quorumPair(t, 100)
+	a, b := ViewMember{Name: "a", Incarnation: 7}, ViewMember{Name: "b", Incarnation: 2}
+	bGone := b
+	bGone.Unreachable = true
+	here := &scriptPlacement{owners: []string{"a", "a"}, members: []string{"a", "b"}}
+	moved := &scriptPlacement{owners: []string{"b", "a"}, members: []string{"a", "b"}}
+	tk := ownership.Token{Partition: 0, Epoch: 1, Owner: "a", Incarnation: 7}
+	both("claimed", func(m *Machine) { m.Claimed(0, tk, nil) })
+	both("acquired", func(m *Machine) { m.Acquired(tk, nil) })
+	set("b joins", here, a, b)
+	if !m.Quorum() {
+		t.Fatal("setup: no quorum with b")
+	}
+	set("b unreachable", here, a, bGone)
+	if m.Quorum() {
+		t.Fatal("setup: quorum without b")
+	}
+	set("p0 moves to b", moved, a, bGone)
+	set("b reachable again", moved, a, b)
+	if ph, _ := m.Phase(0); ph != Releasing {
+		t.Fatalf("p0 is %v, want releasing", ph)
+	}
+}
+
+// With StepDownTicks 0, a quorum lost in a view that changes only a
+// member's reachability ends at once a lease the ring moved away while its
+// Acquire ran.
+func TestMetadataViewQuorumLostStepsDown(t *testing.T) {
+	both, m, set := quorumPair(t, 0)
+	a, b := ViewMember{Name: "a", Incarnation: 7}, ViewMember{Name: "b", Incarnation: 2}
+	bGone := b
+	bGone.Unreachable = true
+	moved := &scriptPlacement{owners: []string{"b", "a"}, members: []string{"a", "b"}}
+	tk := ownership.Token{Partition: 0, Epoch: 1, Owner: "a", Incarnation: 7}
+	both("claimed", func(m *Machine) { m.Claimed(0, tk, nil) }) // Acquiring
+	set("b joins, takes p0", moved, a, b)
+	if ph, _ := m.Phase(0); ph != Acquiring || !m.Quorum() {
+		t.Fatalf("setup: p0 %v, quorum %v", ph, m.Quorum())
+	}
+	set("b unreachable", moved, a, bGone)
+	if ph, _ := m.Phase(0); ph != Unowned {
+		t.Fatalf("p0 is %v, want given back", ph)
+	}
+}
+
+// With StepDownTicks 0, a stable membership heard that this node can't
+// confirm puts it in doubt (no quorum), and that ends at once a lease the
+// ring moved away.
+func TestHeardStableDoubtStepsDown(t *testing.T) {
+	both, m, set := quorumPair(t, 0)
+	a, b := ViewMember{Name: "a", Incarnation: 7}, ViewMember{Name: "b", Incarnation: 2}
+	moved := &scriptPlacement{owners: []string{"b", "a"}, members: []string{"a", "b"}}
+	tk := ownership.Token{Partition: 0, Epoch: 1, Owner: "a", Incarnation: 7}
+	both("claimed", func(m *Machine) { m.Claimed(0, tk, nil) })
+	set("b joins, takes p0", moved, a, b)
+	forged := quorum.NewStable(m.Stable().Version+1, []string{"a", "x", "y", "z"})
+	both("heard forged", func(m *Machine) { m.HeardStable(forged) })
+	if m.Quorum() {
+		t.Fatal("setup: still a quorum")
+	}
+	if ph, _ := m.Phase(0); ph != Unowned {
+		t.Fatalf("p0 is %v, want given back", ph)
+	}
+}
+
+// zeroPrint is a placement whose fingerprint is 0, as a nil one's is.
+type zeroPrint struct{ scriptPlacement }
+
+func (zeroPrint) Fingerprint() uint64 { return 0 }
+
+// A placement after none is a new view even when its fingerprint is 0, a
+// nil placement's (a helper's review): else the partitions placed here,
+// computed once per view, stay those of no placement, and none is
+// claimed.
+func TestPlacementAfterNoneIsANewView(t *testing.T) {
+	both, ms := sparsePair(t, MachineConfig{Self: ownership.Node{Name: "a", Incarnation: 7}, Partitions: 2, Bootstrap: true,
+		GraceTicks: 2, HandoffTicks: 2, StepDownTicks: 2, StableAfterTicks: 50, RetryTicks: 1})
+	a := ViewMember{Name: "a", Incarnation: 7}
+	both("no placement", func(m *Machine) {
+		if err := m.SetView(View{Members: []ViewMember{a}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	both("tick", func(m *Machine) { m.Tick() })
+	both("placed", func(m *Machine) {
+		if err := m.SetView(View{Members: []ViewMember{a}, Placement: &zeroPrint{scriptPlacement{owners: []string{"a", "a"}, members: []string{"a"}}}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	both("tick", func(m *Machine) { m.Tick() })
+	if ph, _ := ms[0].Phase(0); ph == Unowned {
+		t.Fatal("p0, placed here, was never claimed")
 	}
 }
