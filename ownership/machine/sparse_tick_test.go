@@ -393,44 +393,45 @@ func TestMetadataViewQuorumBackReleases(t *testing.T) {
 	}
 }
 
-// With StepDownTicks 0, a quorum lost in a view that changes only a
-// member's reachability ends at once a lease the ring moved away while its
-// Acquire ran.
-func TestMetadataViewQuorumLostStepsDown(t *testing.T) {
-	both, m, set := quorumPair(t, 0)
-	a, b := ViewMember{Name: "a", Incarnation: 7}, ViewMember{Name: "b", Incarnation: 2}
-	bGone := b
-	bGone.Unreachable = true
+// With StepDownTicks 0, a quorum lost in an input that keeps the
+// placement ends at once a lease the ring moved away while its Acquire
+// ran: a view that changes only a member's reachability, or a stable
+// membership heard that this node can't confirm (doubt).
+func TestQuorumLostInAnInputStepsDown(t *testing.T) {
+	bGone := ViewMember{Name: "b", Incarnation: 2, Unreachable: true}
 	moved := &scriptPlacement{owners: []string{"b", "a"}, members: []string{"a", "b"}}
-	tk := ownership.Token{Partition: 0, Epoch: 1, Owner: "a", Incarnation: 7}
-	both("claimed", func(m *Machine) { m.Claimed(0, tk, nil) }) // Acquiring
-	set("b joins, takes p0", moved, a, b)
-	if ph, _ := m.Phase(0); ph != Acquiring || !m.Quorum() {
-		t.Fatalf("setup: p0 %v, quorum %v", ph, m.Quorum())
-	}
-	set("b unreachable", moved, a, bGone)
-	if ph, _ := m.Phase(0); ph != Unowned {
-		t.Fatalf("p0 is %v, want given back", ph)
-	}
-}
-
-// With StepDownTicks 0, a stable membership heard that this node can't
-// confirm puts it in doubt (no quorum), and that ends at once a lease the
-// ring moved away.
-func TestHeardStableDoubtStepsDown(t *testing.T) {
-	both, m, set := quorumPair(t, 0)
-	a, b := ViewMember{Name: "a", Incarnation: 7}, ViewMember{Name: "b", Incarnation: 2}
-	moved := &scriptPlacement{owners: []string{"b", "a"}, members: []string{"a", "b"}}
-	tk := ownership.Token{Partition: 0, Epoch: 1, Owner: "a", Incarnation: 7}
-	both("claimed", func(m *Machine) { m.Claimed(0, tk, nil) })
-	set("b joins, takes p0", moved, a, b)
-	forged := quorum.NewStable(m.Stable().Version+1, []string{"a", "x", "y", "z"})
-	both("heard forged", func(m *Machine) { m.HeardStable(forged) })
-	if m.Quorum() {
-		t.Fatal("setup: still a quorum")
-	}
-	if ph, _ := m.Phase(0); ph != Unowned {
-		t.Fatalf("p0 is %v, want given back", ph)
+	for _, c := range []struct {
+		name string
+		lose func(m *Machine) error
+	}{
+		{"b unreachable", func(m *Machine) error {
+			return m.SetView(View{Members: []ViewMember{{Name: "a", Incarnation: 7}, bGone}, Placement: moved})
+		}},
+		{"a forged stable membership heard", func(m *Machine) error {
+			m.HeardStable(quorum.NewStable(m.Stable().Version+1, []string{"a", "x", "y", "z"}))
+			return nil
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			both, m, set := quorumPair(t, 0)
+			tk := ownership.Token{Partition: 0, Epoch: 1, Owner: "a", Incarnation: 7}
+			both("claimed", func(m *Machine) { m.Claimed(0, tk, nil) }) // Acquiring
+			set("b joins, takes p0", moved, ViewMember{Name: "a", Incarnation: 7}, ViewMember{Name: "b", Incarnation: 2})
+			if ph, _ := m.Phase(0); ph != Acquiring || !m.Quorum() {
+				t.Fatalf("setup: p0 %v, quorum %v", ph, m.Quorum())
+			}
+			both(c.name, func(m *Machine) {
+				if err := c.lose(m); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if m.Quorum() {
+				t.Fatal("setup: still a quorum")
+			}
+			if ph, _ := m.Phase(0); ph != Unowned {
+				t.Fatalf("p0 is %v, want given back", ph)
+			}
+		})
 	}
 }
 
