@@ -358,20 +358,14 @@ func TestRejoinWaitsForARefutation(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := slowtest.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	tc := newTestCluster(t, func(c *Config) {
-		noTCPPings(c)
+	n, addr := crashedPeerAddr(ctx, t, func(c *Config) {
 		c.RejoinInterval = time.Second
 		c.Memberlist.GossipToTheDeadTime = time.Minute
 	})
-	tc.startNodes(ctx, "g", 2)
-	n := tc.node("g0")
 	after := rejoinAfter(n.c.cfg)
 	if after != 2*time.Second {
 		t.Fatalf("rejoinAfter = %v, want two RejoinIntervals (2s)", after)
 	}
-	peer := tc.remove("g1")
-	addr := peer.c.GossipAddr()
-	peer.c.Close()
 	hole := newBlackHole(t, addr, false)
 	testkit.WaitFor(ctx, t, "the crashed peer to leave the table", func() bool { return n.c.Table().Len() == 1 })
 	lost := time.Now() // at or after the loop saw it go

@@ -111,8 +111,8 @@ func build(members []string, cfg Config, prev *Table) (*Table, error) {
 	if prev == nil || !t.reuseRing(prev) {
 		t.ring = buildRing(names, cfg.VirtualNodes)
 	}
-	if prev != nil && len(prev.byHash) == cfg.Partitions {
-		t.byHash = prev.byHash // a function of Partitions alone
+	if prev != nil {
+		t.byHash = prev.byHash // a function of Partitions alone, prev's too
 	} else {
 		t.byHash = partitionsByHash(cfg.Partitions)
 	}
@@ -172,9 +172,6 @@ func ringPoints(names []string, vnodes int) []point {
 // changed their members there, and the merge needs them (a 64-bit
 // collision: about one ring in a billion at a thousand members).
 func (t *Table) reuseRing(prev *Table) bool {
-	if prev.cfg.VirtualNodes != t.cfg.VirtualNodes {
-		return false // never from Rebuild (prev's Config is t's): a guard
-	}
 	// remap[i] is prev's member i's index in t, or -1; added lists t's
 	// members that prev doesn't have. Both member lists are sorted.
 	remap := make([]int32, len(prev.members))
@@ -197,7 +194,10 @@ func (t *Table) reuseRing(prev *Table) bool {
 	for ; i < len(prev.members); i++ {
 		remap[i] = -1
 	}
-	fresh := ringPoints(added, t.cfg.VirtualNodes) // ids index added
+	fresh := ringPoints(added, t.cfg.VirtualNodes)
+	for i := range fresh {
+		fresh[i].id = addedIx[fresh[i].id] // from added's index to t's
+	}
 	out := make([]point, 0, len(t.members)*t.cfg.VirtualNodes)
 	k := 0
 	for x, p := range prev.ring {
@@ -210,15 +210,13 @@ func (t *Table) reuseRing(prev *Table) bool {
 		}
 		// Ties go to the lower member index, as buildRing's stable sort
 		// of points in member order leaves them.
-		for k < len(fresh) && (fresh[k].hash < p.hash || fresh[k].hash == p.hash && addedIx[fresh[k].id] < id) {
-			out = append(out, point{hash: fresh[k].hash, id: addedIx[fresh[k].id]})
+		for k < len(fresh) && (fresh[k].hash < p.hash || fresh[k].hash == p.hash && fresh[k].id < id) {
+			out = append(out, fresh[k])
 			k++
 		}
 		out = append(out, point{hash: p.hash, id: id})
 	}
-	for ; k < len(fresh); k++ {
-		out = append(out, point{hash: fresh[k].hash, id: addedIx[fresh[k].id]})
-	}
+	out = append(out, fresh[k:]...)
 	lastAddedWins(out)
 	t.ring = out
 	return true

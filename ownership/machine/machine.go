@@ -523,7 +523,6 @@ func (m *Machine) SetView(v View) error {
 	}
 	slices.Sort(members)
 	members = slices.Compact(members)
-	slices.Sort(leavers)
 	// What a step of a partition placed elsewhere reads of the view: the
 	// placement and who is live in which life (the leavers matter only to
 	// the partitions placed here, which are stepped in any case). A view
@@ -548,10 +547,10 @@ func (m *Machine) HeardStable(s quorum.Stable) {
 // input left the placement, the members and their lives, and the quorum
 // as they were (held), the partitions placed here only. Those are all a
 // step of any other partition reads that such an input can change (its
-// own inputs step it themselves), so such a step would do nothing, as at
-// a Tick. At 100 x 4096 every join made each of 100
-// nodes re-advertise its stable membership, and each of those views
-// stepped all 4096 partitions on every node (issue 22).
+// own inputs step it themselves), so such a step would do nothing (see
+// Tick). At 100 x 4096 every join made each of 100 nodes re-advertise its
+// stable membership, and each of those views stepped all 4096 partitions
+// on every node (issue 22).
 func (m *Machine) stepChanged(held bool) {
 	if m.fullTicks || !held {
 		m.stepAll()
@@ -590,21 +589,16 @@ func (m *Machine) Tick() {
 		m.noQuorum++
 	}
 	expired := m.expireDue()
-	if m.fullTicks || expired || !m.q.ok || m.q.ok != wasOK {
-		m.stepAll()
-		return
-	}
-	// The quorum held through the tick and no call expired (an expiry
-	// changes its partition, which a step must follow): time alone moves
-	// only the partitions placed here (a claim's wait for its holder, its
-	// backoff, a rival's respect, MaxClaims' queue). Every other partition
-	// was stepped when what it depends on last changed (the view, the
-	// quorum, leaving, its own input), and a step of it now would do
-	// nothing: an Unowned one is not wanted, an Owned one was released
-	// then, and no other phase moves in step while the quorum holds.
-	for _, p := range m.placedHere() {
-		m.step(p)
-	}
+	// While the quorum holds through the tick and no call expires (an
+	// expiry changes its partition, which a step must follow), time alone
+	// moves only the partitions placed here (a claim's wait for its
+	// holder, its backoff, a rival's respect, MaxClaims' queue). Every
+	// other partition was stepped when what it depends on last changed
+	// (the view, the quorum, leaving, its own input), and a step of it now
+	// would do nothing: an Unowned one is not wanted, an Owned one was
+	// released then, and no other phase moves in step while the quorum
+	// holds.
+	m.stepChanged(!expired && m.q.ok && wasOK)
 }
 
 // placedHere returns the partitions the current placement gives this

@@ -278,8 +278,9 @@ func TestMetadataViewStepsWhatAMemberChanges(t *testing.T) {
 }
 
 func metadataViewCase(t *testing.T, views [][]ViewMember) {
-	both, ms := sparsePair(t, MachineConfig{Self: ownership.Node{Name: "a", Incarnation: 7}, Partitions: 2, Bootstrap: true, Fenced: true,
-		GraceTicks: 2, HandoffTicks: 2, StepDownTicks: 2, StableAfterTicks: 50, RetryTicks: 1})
+	cfg := twoPartitions(2)
+	cfg.Fenced = true
+	both, ms := sparsePair(t, cfg)
 	place := func(owners ...string) Placement { return &scriptPlacement{owners: owners, members: []string{"a", "b"}} }
 	self := ViewMember{Name: "a", Incarnation: 7}
 	both("alone", func(m *Machine) {
@@ -314,6 +315,13 @@ func metadataViewCase(t *testing.T, views [][]ViewMember) {
 	if ms[1].parts[0].rivalUntil != 0 {
 		t.Fatal("the reference kept respecting x as an unseen rival: the case tests nothing")
 	}
+}
+
+// twoPartitions is node a's machine of two partitions, founding its
+// cluster, with short timings and a long StableAfter.
+func twoPartitions(stepDown int) MachineConfig {
+	return MachineConfig{Self: ownership.Node{Name: "a", Incarnation: 7}, Partitions: 2, Bootstrap: true,
+		GraceTicks: 2, HandoffTicks: 2, StepDownTicks: stepDown, StableAfterTicks: 50, RetryTicks: 1}
 }
 
 // sparsePair returns two machines of cfg, the second with full steps (the
@@ -351,8 +359,7 @@ func sparsePair(t *testing.T, cfg MachineConfig) (func(string, func(*Machine)), 
 // differential test, whose StepDownTicks is never 0). The reference steps
 // every partition.
 func quorumPair(t *testing.T, stepDown int) (func(string, func(*Machine)), *Machine, func(string, Placement, ...ViewMember)) {
-	both, ms := sparsePair(t, MachineConfig{Self: ownership.Node{Name: "a", Incarnation: 7}, Partitions: 2, Bootstrap: true,
-		GraceTicks: 2, HandoffTicks: 2, StepDownTicks: stepDown, StableAfterTicks: 50, RetryTicks: 1})
+	both, ms := sparsePair(t, twoPartitions(stepDown))
 	set := func(what string, pl Placement, vms ...ViewMember) {
 		both(what, func(m *Machine) {
 			if err := m.SetView(View{Members: vms, Placement: pl}); err != nil {
@@ -445,8 +452,7 @@ func (zeroPrint) Fingerprint() uint64 { return 0 }
 // computed once per view, stay those of no placement, and none is
 // claimed.
 func TestPlacementAfterNoneIsANewView(t *testing.T) {
-	both, ms := sparsePair(t, MachineConfig{Self: ownership.Node{Name: "a", Incarnation: 7}, Partitions: 2, Bootstrap: true,
-		GraceTicks: 2, HandoffTicks: 2, StepDownTicks: 2, StableAfterTicks: 50, RetryTicks: 1})
+	both, ms := sparsePair(t, twoPartitions(2))
 	a := ViewMember{Name: "a", Incarnation: 7}
 	both("no placement", func(m *Machine) {
 		if err := m.SetView(View{Members: []ViewMember{a}}); err != nil {
