@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/tenure-go/tenure/internal/reach"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/gossip"
@@ -355,7 +357,8 @@ func (l *loop) published(old, t *ring.Table, members map[string]ownership.Member
 // every round, as rejoin did, made each node's cost grow with the members
 // it missed: at 100 x 4096 in one process, where load made members look
 // dead, thousands of whole registers went out during one node's start
-// (issue 22).
+// (issue 22). And a member is re-joined at first only by the few members
+// rejoinDue draws for it, not by every node that lost it.
 func (l *loop) rejoin() {
 	c := l.c
 	if l.joining || c.leaving.Load() {
@@ -382,6 +385,9 @@ func (l *loop) rejoin() {
 		if now.Sub(k.missingSince) < rejoinAfter(c.cfg) {
 			continue // it may refute its death by itself
 		}
+		if !rejoinDue(c.cfg, name, now.Sub(k.missingSince), v.members) {
+			continue // a member drawn before this node joins it first
+		}
 		addrs = append(addrs, k.addr)
 	}
 	if len(addrs) == 0 {
@@ -401,12 +407,55 @@ func (l *loop) rejoin() {
 	l.rnd.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
 	addrs = addrs[:min(len(addrs), rejoinFanout)]
 	l.joining = true
+	c.metrics.rejoins.Inc()
 	l.goWork(func() input {
 		if n, err := c.ml.Join(addrs); err != nil {
 			c.log.Debug("rejoin", "addrs", len(addrs), "joined", n, "err", err)
 		}
 		return input{kind: inJoined}
 	})
+}
+
+// rejoinDue says whether this node re-joins lost, missing for missing
+// (at least rejoinAfter), now. In its first RejoinInterval past
+// rejoinAfter only rejoinFanout live members re-join it, the first in an
+// order drawn for lost from the members' names (rejoinRank), so the same
+// few on every node; each interval it stays missing, twice as many. One
+// join that gets through brings lost back for every node, and each join
+// sends the whole register both ways: at 100 x 4096 in one process, where
+// load made members look dead, every node re-joining each of them sent
+// hundreds of registers during one node's start (issue 22). Doubling
+// still has every live member try within log2(members/rejoinFanout)
+// intervals, for a split that the first few can't see across.
+func rejoinDue(cfg Config, lost string, missing time.Duration, live map[string]ownership.Member) bool {
+	allowed := rejoinFanout
+	if every := cfg.RejoinInterval; every > 0 {
+		allowed <<= min(max(missing-rejoinAfter(cfg), 0)/every, 20)
+	}
+	if allowed >= len(live) {
+		return true // every member may: no need to draw
+	}
+	mine := rejoinRank(lost, cfg.Name)
+	ahead := 0
+	for name := range live {
+		if name != cfg.Name && rejoinRank(lost, name) < mine {
+			if ahead++; ahead >= allowed {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// rejoinRank is member's place in the order drawn for re-joining lost: a
+// hash of the two names, the same on every node.
+func rejoinRank(lost, member string) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.WriteString(lost)
+	_, _ = d.Write([]byte{0})
+	_, _ = d.WriteString(member)
+	return d.Sum64()
 }
 
 // rejoinAfter is how long a member must have been missing from this

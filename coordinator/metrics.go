@@ -14,6 +14,7 @@ type metrics struct {
 	gossipDropped   prometheus.Counter
 	reachChecks     prometheus.Counter
 	reachPings      prometheus.Counter
+	rejoins         prometheus.Counter
 	lag             prometheus.Gauge
 	late            prometheus.Gauge
 	unreachable     prometheus.Gauge
@@ -38,6 +39,8 @@ func newMetrics() *metrics {
 			Namespace: "tenure", Name: "reach_checks_total", Help: "Reach checks: rounds of direct pings while memberlist reported trouble (a health score above zero), or, while the node starts, to members of the list its join took that it has had no word from."}),
 		reachPings: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "tenure", Name: "reach_pings_total", Help: "Direct pings the reach checks sent: at most max(4, ceil(log2 members)) a round, none while the node is late."}),
+		rejoins: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tenure", Name: "rejoins_total", Help: "Joins this node started to bring back members it lost (and seeds, while one is lost): each sends the whole register both ways; a steady rate means members keep looking dead."}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "tenure", Name: "loop_lag_seconds", Help: "The largest delay, over the reach check's span, between a tick of this node's loop firing and the loop running it."}),
 		late: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -55,7 +58,7 @@ func newMetrics() *metrics {
 
 // Collector returns a prometheus.Collector of this coordinator's metrics:
 // members, owned partitions, claims, releases, stale rejections, dropped
-// gossip, reach checks and their pings, the loop's lag and whether it is
+// gossip, reach checks and their pings, rejoins, the loop's lag and whether it is
 // late, unreachable members, and failover and handoff
 // latency histograms. Register it with the caller's registry; the
 // coordinator registers nothing globally.
@@ -67,7 +70,7 @@ var ownedDesc = prometheus.NewDesc("tenure_owned_partitions", "Partitions this n
 
 func (k collector) instruments() []prometheus.Collector {
 	m := k.c.metrics
-	return []prometheus.Collector{m.members, m.claims, m.releases, m.staleRejections, m.gossipDropped, m.reachChecks, m.reachPings, m.lag, m.late, m.unreachable, m.failover, m.handoff}
+	return []prometheus.Collector{m.members, m.claims, m.releases, m.staleRejections, m.gossipDropped, m.reachChecks, m.reachPings, m.rejoins, m.lag, m.late, m.unreachable, m.failover, m.handoff}
 }
 
 func (k collector) Describe(ch chan<- *prometheus.Desc) {
