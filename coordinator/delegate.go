@@ -69,6 +69,10 @@ func (d *delegate) NotifyMsg(b []byte) {
 	}
 	d.unverified(m)
 	d.c.inbox.push(heard{stable: m.Stable, claims: slices.Collect(m.Claims())})
+	if m.Kind == gossip.KindAskStable && m.Sender != d.c.cfg.Name {
+		d.askedStable(m)
+		return
+	}
 	if m.Kind == gossip.KindSection && m.Section.Ask && m.Sender != d.c.cfg.Name {
 		due := d.c.nodes.askDue(m.Sender, &m.Section, d.c.cfg.Clock.Now(), d.c.askWindow)
 		if due == nil {
@@ -77,6 +81,19 @@ func (d *delegate) NotifyMsg(b []byte) {
 		}
 		d.c.offerExchange(exchangeJob{peer: m.Sender, answer: due})
 	}
+}
+
+// askedStable answers a member's ask for this node's stable membership
+// (the machine's ActSync, loop.sync) with it, when it is newer than the
+// asker's own, which the ask carries, and the member's ask is due
+// (stableDue).
+func (d *delegate) askedStable(m gossip.Message) {
+	own := d.c.stable.Load()
+	if own.ID().Compare(m.Stable.ID()) <= 0 || !d.c.nodes.stableDue(m.Sender, d.c.cfg.Clock.Now(), d.c.askWindow) {
+		d.c.traffic.stableRefused.Add(1)
+		return
+	}
+	d.c.offerExchange(exchangeJob{peer: m.Sender, stable: gossip.KindStable})
 }
 
 // goodbye records a goodbye heard over a stream (see sayGoodbye): the

@@ -49,6 +49,13 @@ import (
 // clock that steps back reopens at once rather than waiting out the step.
 // The state is per current member (nodeSet) and goes when the member
 // leaves; asks from anyone else are refused.
+//
+// The same goroutine sends stable asks (gossip.KindAskStable): a node
+// that sees a member show a newer stable membership than its own asks it
+// for it (loop.sync), and the member answers with its stable membership
+// (gossip.KindStable) if it is newer than the asker's, at most once per
+// askWindow/2 per member (stableDue). A few hundred bytes each way, where
+// a push/pull carried the whole register both ways.
 
 const (
 	// exchangeQueue bounds the sends waiting for the exchange goroutine.
@@ -74,6 +81,9 @@ type asks struct {
 	ranges  uint64          // bit i: range i differed then and is not answered yet
 	parked  *gossip.Section // an ask that came before its digest, and when
 	parkedT time.Time
+	// stableSent: when this node last answered the member's ask for its
+	// stable membership (stableDue).
+	stableSent time.Time
 }
 
 // rangeBits returns ranges as bits (ranges of a digest are below
@@ -131,6 +141,27 @@ func (s *nodeSet) openAsks(name string, ranges []int, now time.Time, window time
 		a.parked = rest // parkedT stays: it expires with the ask it came from
 	}
 	return due
+}
+
+// stableDue reports whether member name's ask for this node's stable
+// membership is due, and records it as answered if so: name is a member,
+// and this node answered it no sooner than window/2 ago. An ask is some
+// 30 bytes plus the asker's stable membership and its answer about as
+// much, but an ask can be replayed, so answers to each member are bounded
+// as the digest exchange's are.
+func (s *nodeSet) stableDue(name string, now time.Time, window time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.memberAsks(name)
+	if a == nil {
+		return false
+	}
+	// A clock that stepped back answers at once, as openAsks reopens.
+	if !a.stableSent.IsZero() && !now.Before(a.stableSent) && now.Sub(a.stableSent) < window/2 {
+		return false
+	}
+	a.stableSent = now
+	return true
 }
 
 // askDue returns the part of member name's ask sec that is due (in ranges
@@ -248,6 +279,10 @@ type exchangeJob struct {
 	peer   string
 	ranges []int
 	answer *gossip.Section
+	// stable, if not zero: send the peer this node's stable membership, as
+	// an ask for the peer's (gossip.KindAskStable) or as an answer to one
+	// (gossip.KindStable), and no sections.
+	stable gossip.Kind
 }
 
 // offerExchange queues j for the exchange goroutine, or drops and counts
@@ -277,6 +312,21 @@ func (c *Coordinator) exchange(j exchangeJob) {
 	to, ok := c.nodes.node(j.peer)
 	if !ok {
 		c.traffic.exchangeDropped.Add(1)
+		return
+	}
+	if j.stable != 0 {
+		msg, err := gossip.Message{Kind: j.stable, Cluster: c.cfg.ClusterName, Sender: c.cfg.Name, Stable: *c.stable.Load()}.Seal(c.cfg.TokenKeys)
+		if err != nil {
+			c.log.Error("encode stable membership", "err", err)
+			return
+		}
+		if err := c.ml.SendReliable(to, msg); err != nil {
+			c.log.Debug("send stable membership", "peer", j.peer, "kind", j.stable, "err", err)
+			return
+		}
+		if j.stable == gossip.KindStable {
+			c.traffic.stableAnswers.Add(1)
+		}
 		return
 	}
 	var sections []gossip.Section

@@ -15,6 +15,7 @@ import (
 	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
 )
 
@@ -466,5 +467,126 @@ func TestUnverifiedClaimsAreDroppedAlone(t *testing.T) {
 	lines := logs.records(func(r logRecord) bool { return strings.HasPrefix(r.msg, "dropped claims whose tokens did not verify") })
 	if got := dropped(c) - before; got != 102 || len(lines) != 2 {
 		t.Fatalf("102 sections of one unverified claim: %v dropped and %d lines logged, want 102 and 2", got, len(lines))
+	}
+}
+
+// Issue 22: a node behind asks a member that shows a newer stable
+// membership for it with a stable ask, which the member answers with its
+// own (where a push/pull sent the whole register both ways). An ask can be
+// replayed, so a member's asks are answered at most once per askWindow/2,
+// only when this node's stable membership is newer than the asker's, and
+// only for members. The node is not started: what the delegate queues
+// stays in c.exch, to be counted.
+func TestStableAsksAreAnsweredOnlyWhenDue(t *testing.T) {
+	clock := &manualClock{now: time.Unix(1e9, 0)}
+	cfg := testConfig("b")
+	cfg.Handler = nopHandler{}
+	cfg.Clock = clock
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	own := quorum.NewStable(3, []string{"a", "b"})
+	c.stable.Store(&own)
+	d := &delegate{c: c}
+	md, err := meta{Cluster: cfg.ClusterName, RingVersion: ring.AlgorithmVersion, Incarnation: 1, ServiceAddr: "s:1"}.encode("a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.NotifyJoin(&memberlist.Node{Name: "a", Addr: []byte{127, 0, 0, 1}, Port: 1, Meta: md})
+	ask := func(from string, s quorum.Stable) []byte {
+		return seal(t, gossip.Message{Kind: gossip.KindAskStable, Cluster: cfg.ClusterName, Sender: from, Stable: s}, nil)
+	}
+	older := quorum.NewStable(2, []string{"a", "b"})
+	answered := func(want int, what string) {
+		t.Helper()
+		if len(c.exch) != want {
+			t.Fatalf("%s: %d answers queued, want %d", what, len(c.exch), want)
+		}
+		for range want {
+			if j := <-c.exch; j.peer != "a" || j.stable != gossip.KindStable || j.answer != nil || j.ranges != nil {
+				t.Fatalf("%s: queued %+v, want this node's stable membership for a", what, j)
+			}
+		}
+	}
+	d.NotifyMsg(ask("a", older))
+	answered(1, "an ask with an older stable membership")
+	for range 3 * exchangeQueue {
+		d.NotifyMsg(ask("a", older))
+	}
+	answered(0, "its replays at once")
+	if got := c.traffic.stableRefused.Load(); got != 3*exchangeQueue {
+		t.Fatalf("%d stable asks refused, want %d", got, 3*exchangeQueue)
+	}
+	clock.advance(c.askWindow/2 - time.Millisecond)
+	d.NotifyMsg(ask("a", older))
+	answered(0, "an ask within askWindow/2")
+	clock.advance(time.Millisecond)
+	d.NotifyMsg(ask("a", own))
+	d.NotifyMsg(ask("a", quorum.NewStable(4, []string{"a", "b"})))
+	answered(0, "asks with the same and a newer stable membership")
+	d.NotifyMsg(ask("a", quorum.Stable{}))
+	answered(1, "an ask of a member with none, after askWindow/2")
+	clock.advance(-time.Hour)
+	d.NotifyMsg(ask("a", older))
+	answered(1, "an ask once the clock stepped back")
+	clock.advance(time.Hour)
+	d.NotifyMsg(ask("0", older))
+	answered(0, "a non-member's ask")
+}
+
+// A stable ask over real gossip: a member whose stable membership is
+// newer than the asker's answers it, by a message of a few hundred bytes
+// and not by a push/pull of the whole register.
+func TestStableAskIsAnswered(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, nil)
+	tc.startNodes(ctx, "k", 2)
+	tc.waitConverged(ctx)
+	a, b := tc.node("k0").c, tc.node("k1").c
+	whole := a.traffic.wholeStates.Load() + b.traffic.wholeStates.Load()
+	// b shows itself behind: its ask carries an older stable membership.
+	older := quorum.Stable{}
+	b.stable.Store(&older)
+	b.offerExchange(exchangeJob{peer: "k0", stable: gossip.KindAskStable})
+	testkit.WaitFor(ctx, t, "k0 to answer k1's stable ask", func() bool { return a.traffic.stableAnswers.Load() == 1 })
+	if got := a.traffic.wholeStates.Load() + b.traffic.wholeStates.Load(); got != whole {
+		t.Errorf("%d whole states sent during a stable ask, want none", got-whole)
+	}
+}
+
+// A node that sees a member show a newer stable membership asks it for
+// it with a stable ask, not a push/pull: k0 shows a newer ID than it has
+// (its metadata alone, so it can't answer), and k1 asks it without any
+// whole state going either way.
+func TestSyncAsksForTheStableMembership(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, nil)
+	tc.startNodes(ctx, "k", 2)
+	tc.waitConverged(ctx)
+	a, b := tc.node("k0").c, tc.node("k1").c
+	whole := a.traffic.wholeStates.Load() + b.traffic.wholeStates.Load()
+	syncs, asked := b.traffic.syncs.Load(), a.traffic.stableRefused.Load()+a.traffic.stableAnswers.Load()
+	next := a.stable.Load().ID()
+	next.Version++
+	if err := a.updateMeta(func(m *meta) { m.Stable = next }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.pushMeta(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(ctx, t, "k1 to ask k0 for the stable membership k0 shows", func() bool {
+		return a.traffic.stableRefused.Load()+a.traffic.stableAnswers.Load() > asked
+	})
+	if b.traffic.syncs.Load() == syncs {
+		t.Error("k0 was asked, but k1 counted no sync")
+	}
+	if got := a.traffic.wholeStates.Load() + b.traffic.wholeStates.Load(); got != whole {
+		t.Errorf("%d whole states sent for a sync, want none", got-whole)
 	}
 }

@@ -89,13 +89,14 @@ type Kind uint8
 
 // The kinds of gossip message.
 const (
-	KindClaim   Kind = iota + 1 // one claim or release (a broadcast)
-	KindStable                  // a stable membership (a broadcast)
-	KindState                   // a node's whole state: stable membership and register (push/pull)
-	KindDigest                  // a node's state by digest: stable membership and register digest (push/pull)
-	KindSection                 // claims of some ranges of a register's digest (broadcast channel, sent to one member)
+	KindClaim     Kind = iota + 1 // one claim or release (a broadcast)
+	KindStable                    // a stable membership (a broadcast)
+	KindState                     // a node's whole state: stable membership and register (push/pull)
+	KindDigest                    // a node's state by digest: stable membership and register digest (push/pull)
+	KindSection                   // claims of some ranges of a register's digest (broadcast channel, sent to one member)
+	KindAskStable                 // the sender's stable membership, asking for the receiver's (broadcast channel, sent to one member)
 
-	kindLast = KindSection
+	kindLast = KindAskStable
 )
 
 // A Channel is where a gossip message travels. Each kind has one
@@ -130,7 +131,7 @@ func (c Channel) String() string {
 // unknown kind).
 func (k Kind) Channel() Channel {
 	switch k {
-	case KindClaim, KindStable, KindSection:
+	case KindClaim, KindStable, KindSection, KindAskStable:
 		return Broadcast
 	case KindState, KindDigest:
 		return PushPull
@@ -150,6 +151,8 @@ func (k Kind) String() string {
 		return "digest"
 	case KindSection:
 		return "section"
+	case KindAskStable:
+		return "ask-stable"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -161,8 +164,8 @@ type Message struct {
 	Sender  string // the sending node's name; at most MaxOwnerSize bytes
 	// Claim, for KindClaim.
 	Claim Claim
-	// Stable, for KindStable, KindState and KindDigest (zero if the
-	// sender has none).
+	// Stable, for KindStable, KindState, KindDigest and KindAskStable
+	// (zero if the sender has none).
 	Stable quorum.Stable
 	// Register, for KindState.
 	Register *Register
@@ -214,7 +217,7 @@ func (m Message) Claims() iter.Seq[Claim] {
 //	          by every byte before the MAC, truncated
 //
 // Bodies: a claim is its binary encoding (see Claim.AppendBinary); a stable
-// membership is a uvarint version, a uvarint count and the names (1 byte
+// membership, and an ask for one, is a uvarint version, a uvarint count and the names (1 byte
 // length, then the name), sorted and distinct, count 0 exactly when the
 // version is 0; a state is a stable membership followed by the register's
 // encoding (see Register.AppendBinary); a digest is a stable membership,
@@ -228,8 +231,9 @@ func (m Message) Claims() iter.Seq[Claim] {
 // reject anything else.
 //
 // Kinds digest and section were added in version 2 without changing the
-// others: a node that does not know them drops them as of an unknown kind
-// (and its own states, whole, are still understood).
+// others, and ask-stable later in version 2 (its body is the asker's own
+// stable membership): a node that does not know them drops them as of an
+// unknown kind (and its own states, whole, are still understood).
 //
 // Version 1 had the same layout but one MAC context for every channel.
 // Nodes of versions 1 and 2 drop each other's gossip as malformed: a
@@ -275,7 +279,7 @@ func (m Message) Seal(keys *ownership.Keyring) ([]byte, error) {
 	switch m.Kind {
 	case KindClaim:
 		b, err = m.Claim.AppendBinary(b)
-	case KindStable:
+	case KindStable, KindAskStable:
 		b = appendStable(b, m.Stable)
 	case KindState:
 		b = appendStable(b, m.Stable)
@@ -391,7 +395,7 @@ func (o Opener) Open(b []byte, ch Channel) (Message, error) {
 		if err == nil && keys != nil {
 			err = keys.Verify(m.Claim.Token)
 		}
-	case KindStable:
+	case KindStable, KindAskStable:
 		m.Stable, err = parseStable(body, true)
 	case KindState:
 		bd := wire.Decoder{B: body}

@@ -31,6 +31,8 @@ func gossipSamples(t testing.TB, keys *ownership.Keyring) []Message {
 		{Kind: KindDigest, Cluster: "c1", Sender: "b", Digest: Digest{Partitions: 4096, Hashes: make([]uint64, DigestRanges)}},
 		{Kind: KindSection, Cluster: "c1", Sender: "a", Section: reg.Sections([]int{1, 3, 5}, 100)[0]},
 		{Kind: KindSection, Cluster: "c1", Sender: "a", Section: Section{Partitions: 8, Ranges: []int{0, 7}}},
+		{Kind: KindAskStable, Cluster: "c1", Sender: "a", Stable: quorum.NewStable(2, []string{"a", "b"})},
+		{Kind: KindAskStable, Cluster: "c1", Sender: "a"},
 	}
 }
 

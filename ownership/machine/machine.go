@@ -98,8 +98,9 @@ const (
 	// ActStable: the stable membership changed to Stable: keep it for
 	// gossip (state and node metadata) and broadcast it.
 	ActStable
-	// ActSync: member Node holds a newer stable membership: exchange full
-	// state with it (a push/pull). One member is asked per newer stable
+	// ActSync: member Node holds a newer stable membership: ask it for it
+	// (the coordinator sends a stable ask; with no stable membership of
+	// its own, a push/pull of the whole state). One member is asked per newer stable
 	// membership at a time; another after RetryTicks (doubling) if this
 	// node is still behind. The first ask waits RetryTicks when a member
 	// that showed this node's own stable membership steps one version
