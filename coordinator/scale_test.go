@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"testing"
 	"time"
 
@@ -145,10 +146,15 @@ func (sc *scaleCluster) waitQuiet(ctx context.Context) error {
 func (sc *scaleCluster) waitConverged(ctx context.Context) error {
 	began, said := time.Now(), time.Now()
 	for {
+		checkAt := time.Now()
 		err := sc.check()
 		if err == nil {
 			return nil
 		}
+		// A check of every node's every partition is itself work: at
+		// 100 x 4096, tens of milliseconds. Polling no more than a third
+		// of the time keeps the test from slowing what it measures.
+		pause := max(50*time.Millisecond, 2*time.Since(checkAt))
 		if time.Since(said) >= 15*time.Second {
 			said = time.Now()
 			if *scaleStuck != "" && !sc.stuckProfiled {
@@ -160,7 +166,7 @@ func (sc *scaleCluster) waitConverged(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("not converged: %v; %s", err, sc.summary())
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(pause):
 		}
 	}
 }
@@ -240,7 +246,7 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 		if err := sc.start(ctx); err != nil {
 			t.Fatalf("%s: start node %d: %v", name, len(sc.nodes), err)
 		}
-		t.Logf("start %d: %v; sent meanwhile: %+v", len(sc.nodes), time.Since(t0), sc.traffic().minus(tr0))
+		t.Logf("start %d: %v; sent meanwhile: %+v; rejoins so far %d", len(sc.nodes), time.Since(t0), sc.traffic().minus(tr0), sc.rejoins())
 	}
 	started := time.Since(begin)
 	if err := sc.waitConverged(ctx); err != nil {
@@ -293,6 +299,8 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	join := sc.traffic().minus(before)
 	joinBytes := float64(join.bytes()) - idleRate*joinQuiet.Seconds()
 
+	crash := sc.crash(ctx)
+
 	pushpull := uint64(0)
 	if idle.states > 0 {
 		pushpull = idle.stateBytes / idle.states
@@ -321,6 +329,61 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	fmt.Printf("figure: %s.join_meta_updates %d\n", name, join.metaUpdates)
 	fmt.Printf("figure: %s.join_broadcasts_queued %d\n", name, join.queued)
 	fmt.Printf("figure: %s.join_broadcast_bytes %d\n", name, join.sentBcast)
+	// A crash: detected when the last survivor dropped the node from its
+	// table; re-owned when every partition is fenced at its ring owner and
+	// held there. The target is detection + Grace + 1 s.
+	fmt.Printf("figure: %s.crash_detect_seconds %.3f\n", name, crash.detect.Seconds())
+	fmt.Printf("figure: %s.crash_reowned_seconds %.3f\n", name, crash.reowned.Seconds())
+	fmt.Printf("figure: %s.crash_target_seconds %.3f\n", name, crash.target.Seconds())
+	fmt.Printf("figure: %s.crash_within_target %v\n", name, crash.reowned <= crash.target)
+}
+
+// rejoins is how many rejoins the nodes started.
+func (sc *scaleCluster) rejoins() uint64 {
+	var n uint64
+	for _, c := range sc.nodes {
+		n += counterValue(c.metrics.rejoins)
+	}
+	return n
+}
+
+// crashFigures are what one crash took.
+type crashFigures struct{ detect, reowned, target time.Duration }
+
+// crash closes one node without a goodbye, neither the seed nor the last
+// joined, and measures until the survivors drop it and until they own
+// and hold every partition again.
+func (sc *scaleCluster) crash(ctx context.Context) crashFigures {
+	t := sc.t
+	i := len(sc.nodes) / 2
+	victim := sc.nodes[i]
+	sc.nodes = slices.Delete(sc.nodes, i, i+1)
+	name := victim.cfg.Name
+	at := time.Now()
+	victim.Close()
+	detected := func() bool {
+		for _, c := range sc.nodes {
+			if c.Table().Has(name) {
+				return false
+			}
+		}
+		return true
+	}
+	for !detected() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: crash of %s never detected: %s", sc.name, name, sc.summary())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	var f crashFigures
+	f.detect = time.Since(at)
+	if err := sc.waitConverged(ctx); err != nil {
+		t.Fatalf("%s: after the crash of %s: %v", sc.name, name, err)
+	}
+	f.reowned = time.Since(at)
+	f.target = f.detect + victim.cfg.Grace + time.Second
+	return f
 }
 
 // TestScale measures starts and joins at scale, behind -scale:
