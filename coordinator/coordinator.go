@@ -61,7 +61,7 @@ type Coordinator struct {
 	mlp        atomic.Pointer[memberlist.Memberlist]
 	gossipAddr atomic.Pointer[string] // set by Start
 	mlKeys     *memberlist.Keyring
-	bq         *memberlist.TransmitLimitedQueue
+	bq         *broadcastQueue
 	dlg        *delegate // set by Start, before memberlist starts
 
 	inbox    inbox
@@ -306,17 +306,14 @@ func (c *Coordinator) start(ctx context.Context) error {
 		return err
 	}
 	mc.Transport = tr
-	c.bq = &memberlist.TransmitLimitedQueue{
-		// Not memberlist's NumMembers: that takes memberlist's node lock,
-		// and the queue calls NumNodes under its own (see delegate.live).
-		NumNodes: d.numNodes,
-		// Claims are few and small, and a node that misses one waits a
-		// whole push/pull interval. memberlist piggybacks broadcasts on
-		// pings and acks, so a message's transmissions are not spread
-		// evenly over the members: send each claim more often than
-		// memberlist sends its own state.
-		RetransmitMult: claimRetransmitFactor * mc.RetransmitMult,
-	}
+	// Claims are few and small, and a node that misses one waits a whole
+	// push/pull interval. memberlist piggybacks broadcasts on pings and
+	// acks, so a message's transmissions are not spread evenly over the
+	// members: send each claim more often than memberlist sends its own
+	// state. The member count is the delegate's, not memberlist's
+	// NumMembers: that takes memberlist's node lock, and the queue asks
+	// under its own (see delegate.live).
+	c.bq = newBroadcastQueue(claimRetransmitFactor*mc.RetransmitMult, d.numNodes)
 	ml, err := memberlist.Create(&mc)
 	if err != nil {
 		_ = tr.Shutdown()

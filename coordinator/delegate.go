@@ -278,25 +278,11 @@ func (c *Coordinator) refusal(name string, md meta) error {
 	return nil
 }
 
-// namedBroadcast is one message in memberlist's queue. It is named (by
-// the claim's partition, or "stable"), so a newer message replaces an
-// older one still in the queue, whether it was sent yet or not: a release
-// this node claims over before gossip sent it never leaves the node, and
-// peers learn the claim, which supersedes it.
-type namedBroadcast struct {
-	name string
-	msg  []byte
-}
-
-func (b *namedBroadcast) Invalidates(other memberlist.Broadcast) bool {
-	o, ok := other.(memberlist.NamedBroadcast)
-	return ok && o.Name() == b.name
-}
-func (b *namedBroadcast) Name() string    { return b.name }
-func (b *namedBroadcast) Message() []byte { return b.msg }
-func (b *namedBroadcast) Finished()       {}
-
-// broadcast queues m for gossip under name.
+// broadcast queues m for gossip under name (the claim's partition, or
+// "stable"), so a newer message replaces an older one still in the queue,
+// whether it was sent yet or not: a release this node claims over before
+// gossip sent it never leaves the node, and peers learn the claim, which
+// supersedes it.
 func (c *Coordinator) broadcast(name string, m gossip.Message) {
 	m.Cluster, m.Sender = c.cfg.ClusterName, c.cfg.Name
 	msg, err := m.Seal(c.cfg.TokenKeys)
@@ -305,7 +291,7 @@ func (c *Coordinator) broadcast(name string, m gossip.Message) {
 		return
 	}
 	c.traffic.queued.Add(1)
-	c.bq.QueueBroadcast(&namedBroadcast{name: name, msg: msg})
+	c.bq.QueueBroadcast(name, msg)
 }
 
 // broadcastClaim queues cl for gossip.
