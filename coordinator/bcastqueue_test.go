@@ -216,4 +216,3 @@ func (b *namedTestBroadcast) Invalidates(o memberlist.Broadcast) bool {
 func (b *namedTestBroadcast) Name() string    { return b.name }
 func (b *namedTestBroadcast) Message() []byte { return b.msg }
 func (b *namedTestBroadcast) Finished()       {}
-

@@ -224,10 +224,11 @@ type Config struct {
 	// is left out while that member is live). A member is re-joined once it
 	// has been missing for two RejoinIntervals (or
 	// Memberlist.GossipToTheDeadTime, if shorter): a member declared dead
-	// by mistake (a busy machine) usually refutes it by itself. Then two
-	// members re-join it, drawn from the names so that every node agrees
-	// which two, and twice as many each RejoinInterval it stays missing,
-	// until every member does. One join that gets through merges the
+	// by mistake (a busy machine) usually refutes it by itself. Then about
+	// log2(members) of the members re-join it (at least two), drawn from
+	// the names so that nodes that see the same members agree which, and
+	// twice as many each RejoinInterval it stays missing, until every
+	// member does (at 100 members, 4 intervals later). One join that gets through merges the
 	// member lists; each join sends the whole register both ways.
 	// Default: LAN 5s, WAN 15s, local 500ms.
 	RejoinInterval time.Duration

@@ -66,6 +66,7 @@ type Coordinator struct {
 
 	inbox    inbox
 	exch     chan exchangeJob // cap exchangeQueue: the digest exchange's sends
+	stableCh chan string      // cap exchangeQueue: members whose stable asks wait for an answer (answerStable)
 	acks     acks             // members memberlist's probes heard from, for the reach check to vouch for
 	nodes    nodeSet
 	memberCh chan struct{} // cap 1: membership changed
@@ -159,6 +160,7 @@ func New(cfg Config) (*Coordinator, error) {
 		closeDone: make(chan struct{}),
 		inbox:     inbox{signal: make(chan struct{}, 1)},
 		exch:      make(chan exchangeJob, exchangeQueue),
+		stableCh:  make(chan string, exchangeQueue),
 		opener:    gossip.Opener{Cluster: cfg.ClusterName, Keys: cfg.TokenKeys, Partitions: cfg.Ring.Partitions},
 		askWindow: askWindow(cfg.Memberlist),
 		metrics:   newMetrics(),
@@ -366,6 +368,11 @@ func (c *Coordinator) start(ctx context.Context) error {
 	go func() {
 		defer c.wg.Done()
 		c.runExchange()
+	}()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.runStableAnswers()
 	}()
 	c.log.Info("started", "incarnation", fmt.Sprintf("%016x", c.self.Incarnation), "gossip", addr, "seeds", len(c.cfg.Seeds))
 	return nil

@@ -49,8 +49,9 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 // NotifyMsg implements memberlist.Delegate: a gossiped claim, release or
-// stable membership, or a section of a peer's register (the digest
-// exchange, sent to this node alone). Whatever fails gossip.Open's checks
+// stable membership, a section of a peer's register (the digest exchange,
+// sent to this node alone), or a member's ask for this node's stable
+// membership (askedStable). Whatever fails gossip.Open's checks
 // for the broadcast channel is dropped, a state among them; so are the
 // claims of a section whose tokens do not verify, alone (counted and
 // logged by unverified). A section that asks for an answer queues one
@@ -83,17 +84,17 @@ func (d *delegate) NotifyMsg(b []byte) {
 	}
 }
 
-// askedStable answers a member's ask for this node's stable membership
-// (the machine's ActSync, loop.sync) with it, when it is newer than the
-// asker's own, which the ask carries, and the member's ask is due
-// (stableDue).
+// askedStable queues an answer to a member's ask for this node's stable
+// membership (the machine's ActSync, loop.sync), when this node's is
+// newer than the asker's own, which the ask carries, and the answer is
+// due (stableDue; runStableAnswers checks again before it sends).
 func (d *delegate) askedStable(m gossip.Message) {
-	own := d.c.stable.Load()
-	if own.ID().Compare(m.Stable.ID()) <= 0 || !d.c.nodes.stableDue(m.Sender, d.c.cfg.Clock.Now(), d.c.askWindow) {
+	own := d.c.stable.Load().ID()
+	if own.Compare(m.Stable.ID()) <= 0 || !d.c.nodes.stableDue(m.Sender, own, d.c.cfg.Clock.Now(), d.c.askWindow, false) {
 		d.c.traffic.stableRefused.Add(1)
 		return
 	}
-	d.c.offerExchange(exchangeJob{peer: m.Sender, stable: gossip.KindStable})
+	d.c.offerStableAnswer(m.Sender)
 }
 
 // goodbye records a goodbye heard over a stream (see sayGoodbye): the

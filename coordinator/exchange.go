@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/tenure-go/tenure/ownership/gossip"
+	"github.com/tenure-go/tenure/ownership/quorum"
 )
 
 // The digest exchange (issue 22). A periodic push/pull carries the stable
@@ -50,12 +52,17 @@ import (
 // The state is per current member (nodeSet) and goes when the member
 // leaves; asks from anyone else are refused.
 //
-// The same goroutine sends stable asks (gossip.KindAskStable): a node
-// that sees a member show a newer stable membership than its own asks it
-// for it (loop.sync), and the member answers with its stable membership
-// (gossip.KindStable) if it is newer than the asker's, at most once per
-// askWindow/2 per member (stableDue). A few hundred bytes each way, where
-// a push/pull carried the whole register both ways.
+// Stable asks (gossip.KindAskStable) go the same way, by SendReliable, on
+// goroutines of their own: a node that sees a member show a newer stable
+// membership than its own asks it for it (loop.sync), and the member
+// answers with its stable membership (gossip.KindStable) if it is newer
+// than the asker's, once per stable membership and at most once per
+// askWindow/2 per member (stableDue). Each carries a stable membership,
+// some 10 bytes a member, where a push/pull carried the whole register
+// both ways; after syncByStateAfter asks for the same one, a node
+// exchanges whole states again (a member of an older version doesn't
+// answer asks, and one whose answer names members this node doesn't know
+// leaves it in doubt, which memberlist's push/pull resolves).
 
 const (
 	// exchangeQueue bounds the sends waiting for the exchange goroutine.
@@ -81,9 +88,10 @@ type asks struct {
 	ranges  uint64          // bit i: range i differed then and is not answered yet
 	parked  *gossip.Section // an ask that came before its digest, and when
 	parkedT time.Time
-	// stableSent: when this node last answered the member's ask for its
-	// stable membership (stableDue).
+	// stableSent and stableID: when this node last answered the member's
+	// ask for its stable membership, and with which (stableDue).
 	stableSent time.Time
+	stableID   quorum.StableID
 }
 
 // rangeBits returns ranges as bits (ranges of a digest are below
@@ -143,13 +151,13 @@ func (s *nodeSet) openAsks(name string, ranges []int, now time.Time, window time
 	return due
 }
 
-// stableDue reports whether member name's ask for this node's stable
-// membership is due, and records it as answered if so: name is a member,
-// and this node answered it no sooner than window/2 ago. An ask is some
-// 30 bytes plus the asker's stable membership and its answer about as
-// much, but an ask can be replayed, so answers to each member are bounded
-// as the digest exchange's are.
-func (s *nodeSet) stableDue(name string, now time.Time, window time.Duration) bool {
+// stableDue reports whether an answer with stable membership id is due
+// to member name's ask: name is a member, and this node has not answered
+// it with id, or did no sooner than window/2 ago. An ask can be replayed,
+// so answers to each member are bounded: one per stable membership, and
+// one per window/2. With mark, the answer is recorded as sent; unmark
+// undoes that after a send that failed.
+func (s *nodeSet) stableDue(name string, id quorum.StableID, now time.Time, window time.Duration, mark bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.memberAsks(name)
@@ -157,11 +165,78 @@ func (s *nodeSet) stableDue(name string, now time.Time, window time.Duration) bo
 		return false
 	}
 	// A clock that stepped back answers at once, as openAsks reopens.
-	if !a.stableSent.IsZero() && !now.Before(a.stableSent) && now.Sub(a.stableSent) < window/2 {
+	if a.stableID == id && !a.stableSent.IsZero() && !now.Before(a.stableSent) && now.Sub(a.stableSent) < window/2 {
 		return false
 	}
-	a.stableSent = now
+	if mark {
+		a.stableSent, a.stableID = now, id
+	}
 	return true
+}
+
+// unmarkStable forgets an answer to member name recorded at sent.
+func (s *nodeSet) unmarkStable(name string, sent time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.asks[name]; a != nil && a.stableSent.Equal(sent) {
+		a.stableSent, a.stableID = time.Time{}, quorum.StableID{}
+	}
+}
+
+// offerStableAnswer queues an answer to member name's stable ask, or
+// drops and counts it when the queue is full. It never blocks: the
+// delegate calls it.
+func (c *Coordinator) offerStableAnswer(name string) {
+	select {
+	case c.stableCh <- name:
+	default:
+		c.traffic.stableRefused.Add(1)
+	}
+}
+
+// runStableAnswers sends the answers to stable asks, one at a time, on a
+// goroutine of their own: a digest exchange's sends to a slow member must
+// not hold back what lets a node back to a quorum. An answer is recorded
+// as sent (stableDue) only once it is: one dropped or failed doesn't
+// stop the next ask's.
+func (c *Coordinator) runStableAnswers() {
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case name := <-c.stableCh:
+			c.answerStable(name)
+		}
+	}
+}
+
+func (c *Coordinator) answerStable(name string) {
+	own := *c.stable.Load()
+	now := c.cfg.Clock.Now()
+	if !c.nodes.stableDue(name, own.ID(), now, c.askWindow, true) {
+		c.traffic.stableRefused.Add(1)
+		return
+	}
+	if err := c.sendStable(name, gossip.KindStable, own); err != nil {
+		c.nodes.unmarkStable(name, now)
+		c.log.Debug("answer a stable ask", "peer", name, "err", err)
+		return
+	}
+	c.traffic.stableAnswers.Add(1)
+}
+
+// sendStable sends member name stable as a message of kind (an ask or an
+// answer) by memberlist's SendReliable.
+func (c *Coordinator) sendStable(name string, kind gossip.Kind, stable quorum.Stable) error {
+	to, ok := c.nodes.node(name)
+	if !ok {
+		return fmt.Errorf("%s is not a member", name)
+	}
+	msg, err := gossip.Message{Kind: kind, Cluster: c.cfg.ClusterName, Sender: c.cfg.Name, Stable: stable}.Seal(c.cfg.TokenKeys)
+	if err != nil {
+		return err
+	}
+	return c.ml.SendReliable(to, msg)
 }
 
 // askDue returns the part of member name's ask sec that is due (in ranges
@@ -279,10 +354,6 @@ type exchangeJob struct {
 	peer   string
 	ranges []int
 	answer *gossip.Section
-	// stable, if not zero: send the peer this node's stable membership, as
-	// an ask for the peer's (gossip.KindAskStable) or as an answer to one
-	// (gossip.KindStable), and no sections.
-	stable gossip.Kind
 }
 
 // offerExchange queues j for the exchange goroutine, or drops and counts
@@ -312,21 +383,6 @@ func (c *Coordinator) exchange(j exchangeJob) {
 	to, ok := c.nodes.node(j.peer)
 	if !ok {
 		c.traffic.exchangeDropped.Add(1)
-		return
-	}
-	if j.stable != 0 {
-		msg, err := gossip.Message{Kind: j.stable, Cluster: c.cfg.ClusterName, Sender: c.cfg.Name, Stable: *c.stable.Load()}.Seal(c.cfg.TokenKeys)
-		if err != nil {
-			c.log.Error("encode stable membership", "err", err)
-			return
-		}
-		if err := c.ml.SendReliable(to, msg); err != nil {
-			c.log.Debug("send stable membership", "peer", j.peer, "kind", j.stable, "err", err)
-			return
-		}
-		if j.stable == gossip.KindStable {
-			c.traffic.stableAnswers.Add(1)
-		}
 		return
 	}
 	var sections []gossip.Section

@@ -47,7 +47,8 @@ func TestDigestExchangeConvergesDivergedRegisters(t *testing.T) {
 	nodes := tc.all()
 	testkit.WaitFor(ctx, t, "the registers to agree", func() bool { return sameRegisters(nodes) == nil })
 	// and the stable membership to settle: a node that sees a newer one
-	// syncs, by a whole register, which this test must not count.
+	// syncs, by a stable ask and, if that doesn't do, a whole register,
+	// which this test must not count.
 	testkit.WaitFor(ctx, t, "every node to count against the same stable membership of 3", func() bool {
 		first := nodes[0].c.stable.Load()
 		for _, n := range nodes {
@@ -473,10 +474,12 @@ func TestUnverifiedClaimsAreDroppedAlone(t *testing.T) {
 // Issue 22: a node behind asks a member that shows a newer stable
 // membership for it with a stable ask, which the member answers with its
 // own (where a push/pull sent the whole register both ways). An ask can be
-// replayed, so a member's asks are answered at most once per askWindow/2,
-// only when this node's stable membership is newer than the asker's, and
-// only for members. The node is not started: what the delegate queues
-// stays in c.exch, to be counted.
+// replayed: the delegate queues an answer only when this node's stable
+// membership is newer than the asker's, and only for members, and what
+// doesn't fit in the queue is dropped; the sender sends one answer per
+// stable membership and at most one per askWindow/2 per member
+// (stableDue), recorded only once sent. The node is not started: what the
+// delegate queues stays in c.stableCh, to be counted.
 func TestStableAsksAreAnsweredOnlyWhenDue(t *testing.T) {
 	clock := &manualClock{now: time.Unix(1e9, 0)}
 	cfg := testConfig("b")
@@ -499,41 +502,69 @@ func TestStableAsksAreAnsweredOnlyWhenDue(t *testing.T) {
 		return seal(t, gossip.Message{Kind: gossip.KindAskStable, Cluster: cfg.ClusterName, Sender: from, Stable: s}, nil)
 	}
 	older := quorum.NewStable(2, []string{"a", "b"})
-	answered := func(want int, what string) {
+	queued := func(want int, what string) {
 		t.Helper()
-		if len(c.exch) != want {
-			t.Fatalf("%s: %d answers queued, want %d", what, len(c.exch), want)
+		if len(c.stableCh) != want {
+			t.Fatalf("%s: %d answers queued, want %d", what, len(c.stableCh), want)
 		}
 		for range want {
-			if j := <-c.exch; j.peer != "a" || j.stable != gossip.KindStable || j.answer != nil || j.ranges != nil {
-				t.Fatalf("%s: queued %+v, want this node's stable membership for a", what, j)
+			if name := <-c.stableCh; name != "a" {
+				t.Fatalf("%s: an answer queued for %q, want a", what, name)
 			}
 		}
 	}
 	d.NotifyMsg(ask("a", older))
-	answered(1, "an ask with an older stable membership")
-	for range 3 * exchangeQueue {
-		d.NotifyMsg(ask("a", older))
-	}
-	answered(0, "its replays at once")
-	if got := c.traffic.stableRefused.Load(); got != 3*exchangeQueue {
-		t.Fatalf("%d stable asks refused, want %d", got, 3*exchangeQueue)
-	}
-	clock.advance(c.askWindow/2 - time.Millisecond)
-	d.NotifyMsg(ask("a", older))
-	answered(0, "an ask within askWindow/2")
-	clock.advance(time.Millisecond)
+	queued(1, "an ask with an older stable membership")
 	d.NotifyMsg(ask("a", own))
 	d.NotifyMsg(ask("a", quorum.NewStable(4, []string{"a", "b"})))
-	answered(0, "asks with the same and a newer stable membership")
-	d.NotifyMsg(ask("a", quorum.Stable{}))
-	answered(1, "an ask of a member with none, after askWindow/2")
-	clock.advance(-time.Hour)
-	d.NotifyMsg(ask("a", older))
-	answered(1, "an ask once the clock stepped back")
-	clock.advance(time.Hour)
 	d.NotifyMsg(ask("0", older))
-	answered(0, "a non-member's ask")
+	queued(0, "asks with the same and a newer stable membership, and a non-member's")
+	if got := c.traffic.stableRefused.Load(); got != 3 {
+		t.Fatalf("%d stable asks refused, want 3", got)
+	}
+	for range 3 * exchangeQueue {
+		d.NotifyMsg(ask("a", quorum.Stable{}))
+	}
+	if got := c.traffic.stableRefused.Load(); got != 3+2*exchangeQueue {
+		t.Fatalf("a flood of asks: %d refused, want %d (what doesn't fit the queue)", got, 3+2*exchangeQueue)
+	}
+	queued(exchangeQueue, "a flood of asks")
+
+	// The sender's rule.
+	due := func(id quorum.StableID, mark bool) bool {
+		return c.nodes.stableDue("a", id, clock.Now(), c.askWindow, mark)
+	}
+	if !due(own.ID(), true) {
+		t.Fatal("the first answer is not due")
+	}
+	if due(own.ID(), true) {
+		t.Fatal("a second answer with the same stable membership is due at once")
+	}
+	if next := quorum.NewStable(4, []string{"a", "b", "c"}).ID(); !due(next, false) {
+		t.Fatal("an answer with another stable membership is not due")
+	}
+	clock.advance(c.askWindow/2 - time.Millisecond)
+	if due(own.ID(), false) {
+		t.Fatal("the same answer is due within askWindow/2")
+	}
+	clock.advance(time.Millisecond)
+	if !due(own.ID(), false) {
+		t.Fatal("the same answer is not due after askWindow/2")
+	}
+	sent := clock.Now()
+	due(own.ID(), true)
+	clock.advance(-time.Hour)
+	if !due(own.ID(), false) {
+		t.Fatal("an answer is not due once the clock stepped back")
+	}
+	clock.advance(time.Hour)
+	c.nodes.unmarkStable("a", sent)
+	if !due(own.ID(), false) {
+		t.Fatal("an answer whose send failed (unmarked) is not due")
+	}
+	if c.nodes.stableDue("0", own.ID(), clock.Now(), c.askWindow, true) {
+		t.Fatal("an answer to a non-member is due")
+	}
 }
 
 // A stable ask over real gossip: a member whose stable membership is
@@ -551,7 +582,9 @@ func TestStableAskIsAnswered(t *testing.T) {
 	// b shows itself behind: its ask carries an older stable membership.
 	older := quorum.Stable{}
 	b.stable.Store(&older)
-	b.offerExchange(exchangeJob{peer: "k0", stable: gossip.KindAskStable})
+	if err := b.sendStable("k0", gossip.KindAskStable, older); err != nil {
+		t.Fatal(err)
+	}
 	testkit.WaitFor(ctx, t, "k0 to answer k1's stable ask", func() bool { return a.traffic.stableAnswers.Load() == 1 })
 	if got := a.traffic.wholeStates.Load() + b.traffic.wholeStates.Load(); got != whole {
 		t.Errorf("%d whole states sent during a stable ask, want none", got-whole)
@@ -559,9 +592,10 @@ func TestStableAskIsAnswered(t *testing.T) {
 }
 
 // A node that sees a member show a newer stable membership asks it for
-// it with a stable ask, not a push/pull: k0 shows a newer ID than it has
-// (its metadata alone, so it can't answer), and k1 asks it without any
-// whole state going either way.
+// it with a stable ask, not a push/pull, and escalates to a push/pull of
+// whole states only after syncByStateAfter asks: k0 shows a newer ID than
+// it has (its metadata alone, so it can't answer), k1 asks it
+// syncByStateAfter times and then pulls its state.
 func TestSyncAsksForTheStableMembership(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
@@ -570,8 +604,8 @@ func TestSyncAsksForTheStableMembership(t *testing.T) {
 	tc.startNodes(ctx, "k", 2)
 	tc.waitConverged(ctx)
 	a, b := tc.node("k0").c, tc.node("k1").c
-	whole := a.traffic.wholeStates.Load() + b.traffic.wholeStates.Load()
-	syncs, asked := b.traffic.syncs.Load(), a.traffic.stableRefused.Load()+a.traffic.stableAnswers.Load()
+	received := func() uint64 { return a.traffic.stableRefused.Load() + a.traffic.stableAnswers.Load() }
+	asked, states := received(), b.traffic.stateSyncs.Load()
 	next := a.stable.Load().ID()
 	next.Version++
 	if err := a.updateMeta(func(m *meta) { m.Stable = next }); err != nil {
@@ -580,13 +614,12 @@ func TestSyncAsksForTheStableMembership(t *testing.T) {
 	if err := a.pushMeta(); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(ctx, t, "k1 to ask k0 for the stable membership k0 shows", func() bool {
-		return a.traffic.stableRefused.Load()+a.traffic.stableAnswers.Load() > asked
+	testkit.WaitFor(ctx, t, "k1 to ask k0 for the stable membership k0 shows", func() bool { return received() > asked })
+	testkit.WaitFor(ctx, t, "k1 to pull k0's state once its asks didn't bring it up to date", func() bool {
+		return b.traffic.stateSyncs.Load() > states
 	})
-	if b.traffic.syncs.Load() == syncs {
-		t.Error("k0 was asked, but k1 counted no sync")
-	}
-	if got := a.traffic.wholeStates.Load() + b.traffic.wholeStates.Load(); got != whole {
-		t.Errorf("%d whole states sent for a sync, want none", got-whole)
+	testkit.WaitFor(ctx, t, "the asks sent before the push/pull to arrive", func() bool { return received()-asked >= syncByStateAfter })
+	if got := received() - asked; got != syncByStateAfter {
+		t.Errorf("k0 got %d stable asks for one stable membership, want %d before the push/pull", got, syncByStateAfter)
 	}
 }

@@ -184,8 +184,8 @@ func FuzzDelegateSigned(f *testing.F) {
 		}
 		st := quorum.NewStable(version, names)
 		claim := gossip.Claim{Token: k.Sign(ownership.Token{Partition: part % (2 * testPartitions), Epoch: epoch, Owner: owner, Incarnation: inc}), Released: released}
-		m := gossip.Message{Kind: gossip.Kind(kind%5 + 1), Cluster: "tenure", Sender: "fz-peer", Claim: claim, Stable: st}
-		if m.Kind >= gossip.KindState {
+		m := gossip.Message{Kind: gossip.Kind(kind%6 + 1), Cluster: "tenure", Sender: "fz-peer", Claim: claim, Stable: st}
+		if m.Kind >= gossip.KindState && m.Kind != gossip.KindAskStable {
 			reg, err := gossip.NewRegister(testPartitions)
 			if err != nil {
 				t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -106,6 +107,10 @@ type loop struct {
 	tickAt  time.Time    // when the loop ran the last tick
 	health  func() int   // memberlist's health score; tests set it
 }
+
+// syncByStateAfter is how many asks for a stable membership go as stable
+// asks before the next is a push/pull of whole states (loop.sync).
+const syncByStateAfter = 2
 
 // rejoinFanout is how many addresses one rejoin joins at most.
 const rejoinFanout = 2
@@ -340,9 +345,9 @@ func (l *loop) published(old, t *ring.Table, members map[string]ownership.Member
 }
 
 // rejoin joins, every RejoinInterval, up to rejoinFanout addresses drawn
-// at random from the known members that gossip no longer shows and, while
-// one is missing, the seeds that aren't members, so both sides of a healed
-// partition find each other again. One join that gets through is enough:
+// at random from the known members that gossip no longer shows and that
+// are due (rejoinDue) and, while one is, the seeds that aren't members, so
+// both sides of a healed partition find each other again. One join that gets through is enough:
 // memberlist's push/pull hands over the whole member list, and gossip
 // does the rest. A member missing for ReconnectTimeout is forgotten. One
 // rejoin runs at a time.
@@ -418,17 +423,19 @@ func (l *loop) rejoin() {
 
 // rejoinDue says whether this node re-joins lost, missing for missing
 // (at least rejoinAfter), now. In its first RejoinInterval past
-// rejoinAfter only rejoinFanout live members re-join it, the first in an
-// order drawn for lost from the members' names (rejoinRank), so the same
-// few on every node; each interval it stays missing, twice as many. One
-// join that gets through brings lost back for every node, and each join
-// sends the whole register both ways: at 100 x 4096 in one process, where
-// load made members look dead, every node re-joining each of them sent
-// hundreds of registers during one node's start (issue 22). Doubling
-// still has every live member try within log2(members/rejoinFanout)
-// intervals, for a split that the first few can't see across.
+// rejoinAfter only about log2(members) live members re-join it (at least
+// rejoinFanout), the first in an order drawn for lost from the members'
+// names (rejoinRank), so the same few on every node whose view agrees;
+// each interval it stays missing, twice as many. One join that gets
+// through brings lost back for every node, and each join sends the whole
+// register both ways: at 100 x 4096 in one process, where load made
+// members look dead, every node re-joining each of them sent hundreds of
+// registers during one node's start (issue 22). Doubling has every live
+// member try within log2(members/first) more intervals (4 at 100
+// members), for a split that only some members can see across, or whose
+// first few are leaving or stuck in a join.
 func rejoinDue(cfg Config, lost string, missing time.Duration, live map[string]ownership.Member) bool {
-	allowed := rejoinFanout
+	allowed := max(rejoinFanout, bits.Len(uint(len(live))))
 	if every := cfg.RejoinInterval; every > 0 {
 		allowed <<= min(max(missing-rejoinAfter(cfg), 0)/every, 20)
 	}
@@ -464,7 +471,8 @@ func rejoinRank(lost, member string) uint64 {
 // nothing, so a member declared dead by mistake can no longer learn it and
 // refute it). A split that heals sooner is joined up again about
 // rejoinAfter plus a RejoinInterval after this node declared the far side
-// dead.
+// dead, by the members drawn first (rejoinDue); if none of them can reach
+// across, up to log2(members) intervals later.
 func rejoinAfter(cfg Config) time.Duration {
 	return min(2*cfg.RejoinInterval, cfg.Memberlist.GossipToTheDeadTime)
 }
@@ -566,7 +574,7 @@ func (l *loop) perform() {
 		case machine.ActStable:
 			l.stable(a.Stable)
 		case machine.ActSync:
-			l.sync(a.Node)
+			l.sync(a.Node, a.Tries)
 		case machine.ActQuorum:
 			l.quorum(a.OK)
 		}
@@ -610,18 +618,26 @@ func (l *loop) stable(s quorum.Stable) {
 // ways: at 100 x 4096 in one process, where each start changes the stable
 // membership and a busy machine delays its gossip, the syncs of one start
 // exchanged up to 2,400 registers, 37 MB (issue 22). A node with no
-// stable membership, one starting, still pulls the whole state.
-func (l *loop) sync(name string) {
+// stable membership, one starting, still pulls the whole state, and so
+// does one whose first syncByStateAfter asks for a stable membership
+// (tries before this one) did not bring it up to date.
+func (l *loop) sync(name string, tries int) {
 	c := l.c
 	m, ok := c.view.Load().members[name]
 	if !ok {
 		return
 	}
 	c.traffic.syncs.Add(1)
-	if c.stable.Load().Version > 0 {
-		c.offerExchange(exchangeJob{peer: name, stable: gossip.KindAskStable})
+	if own := *c.stable.Load(); own.Version > 0 && tries < syncByStateAfter {
+		l.goWork(func() input {
+			if err := c.sendStable(name, gossip.KindAskStable, own); err != nil {
+				c.log.Debug("stable ask", "member", name, "err", err)
+			}
+			return input{}
+		})
 		return
 	}
+	c.traffic.stateSyncs.Add(1)
 	l.goWork(func() input {
 		if _, err := c.ml.Join([]string{m.GossipAddr}); err != nil {
 			c.log.Debug("sync", "member", name, "err", err)

@@ -40,7 +40,7 @@ func newMetrics() *metrics {
 		reachPings: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "tenure", Name: "reach_pings_total", Help: "Direct pings the reach checks sent: at most max(4, ceil(log2 members)) a round, none while the node is late."}),
 		rejoins: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "tenure", Name: "rejoins_total", Help: "Joins this node started to bring back members it lost (and seeds, while one is lost): each sends the whole register both ways; a steady rate means members keep looking dead."}),
+			Namespace: "tenure", Name: "rejoins_total", Help: "Joins this node started to bring back members it lost (and seeds, while one is lost): each sends the whole register both ways. A member that vanished without leaving is re-joined for ReconnectTimeout; a steady rate otherwise means members keep looking dead."}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "tenure", Name: "loop_lag_seconds", Help: "The largest delay, over the reach check's span, between a tick of this node's loop firing and the loop running it."}),
 		late: prometheus.NewGauge(prometheus.GaugeOpts{

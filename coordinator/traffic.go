@@ -12,7 +12,8 @@ type traffic struct {
 	packetBytes atomic.Uint64
 	states      atomic.Uint64 // push/pull states sent (LocalState)
 	stateBytes  atomic.Uint64 // their bytes, within streamBytes
-	syncs       atomic.Uint64 // asks of a member with a newer stable membership for it (stable asks or, with none of its own, push/pulls)
+	syncs       atomic.Uint64 // asks of a member with a newer stable membership for it (stable asks or push/pulls)
+	stateSyncs  atomic.Uint64 // those that were push/pulls of whole states
 	metaUpdates atomic.Uint64 // metadata updates gossiped (memberlist UpdateNode)
 	queued      atomic.Uint64 // broadcasts of claims and stable memberships queued
 	sentBcast   atomic.Uint64 // bytes of those handed to memberlist (each transmission), within packetBytes
@@ -24,6 +25,6 @@ type traffic struct {
 	exchangeDropped atomic.Uint64 // digest exchange sends dropped: queue full or peer unknown
 	asksRefused     atomic.Uint64 // asking sections not answered: not due (exchange.go)
 	stableAnswers   atomic.Uint64 // stable memberships sent to members that asked for them (exchange.go)
-	stableRefused   atomic.Uint64 // stable asks not answered: no newer stable membership, or not due
+	stableRefused   atomic.Uint64 // stable asks not answered: no newer stable membership, not due, or the answers' queue full
 	unverified      atomic.Uint64 // claims dropped from states and sections: tokens that did not verify
 }

@@ -99,8 +99,9 @@ const (
 	// gossip (state and node metadata) and broadcast it.
 	ActStable
 	// ActSync: member Node holds a newer stable membership: ask it for it
-	// (the coordinator sends a stable ask; with no stable membership of
-	// its own, a push/pull of the whole state). One member is asked per newer stable
+	// (the coordinator sends a stable ask first, then, from the Tries it
+	// escalates at, or with no stable membership of its own, exchanges
+	// its whole state with Node by a push/pull). One member is asked per newer stable
 	// membership at a time; another after RetryTicks (doubling) if this
 	// node is still behind. The first ask waits RetryTicks when a member
 	// that showed this node's own stable membership steps one version
@@ -144,6 +145,10 @@ type Action struct {
 	Stable quorum.Stable
 	// Node: for ActSync.
 	Node string
+	// Tries: for ActSync, how many asks for the same stable membership
+	// went before this one (to other members, or to Node before the
+	// retry wait).
+	Tries int
 	// OK: for ActQuorum.
 	OK bool
 }
@@ -567,8 +572,8 @@ func (m *Machine) quorumStep(changed bool) {
 	if changed {
 		m.out = append(m.out, Action{Kind: ActStable, Stable: m.q.stable})
 	}
-	for _, n := range m.q.toAsk(m.now) {
-		m.out = append(m.out, Action{Kind: ActSync, Node: n})
+	for _, a := range m.q.asks(m.now) {
+		m.out = append(m.out, Action{Kind: ActSync, Node: a.node, Tries: a.tries})
 	}
 	if m.q.ok != m.reported {
 		m.reported = m.q.ok

@@ -58,7 +58,7 @@ import (
 // halt a node for good. A member whose metadata shows a higher ID than the
 // node's (within MaxStableJump) makes it outdated (unless it is the node's
 // own view one version up, which it takes: see nextShown): it has no quorum and
-// asks one member that shows the newer ID for its state (see toAsk; a
+// asks one member that shows the newer ID for it (see toAsk; a
 // member in step that steps one version ahead is asked a retry wait
 // later, if this node has not heard the new set by then). This is
 // what keeps a node that restarts on the minority side of a split, or that
@@ -381,13 +381,23 @@ type syncAsk struct {
 // before and is still behind (the next step is from an ID not its own):
 // the wait is at most one retry per version of this node's own.
 func (q *tracker) toAsk(now uint64) []string {
+	var names []string
+	for _, a := range q.asks(now) {
+		names = append(names, a.node)
+	}
+	return names
+}
+
+// asks is toAsk with each ask's tries: how many asks for the same stable
+// membership went before it.
+func (q *tracker) asks(now uint64) []syncAsk {
 	own := q.stable.ID()
 	for id := range q.asked {
 		if id.Compare(own) <= 0 || !q.shown(id) {
 			delete(q.asked, id)
 		}
 	}
-	var out []string
+	var out []syncAsk
 	for _, m := range q.view {
 		id := q.ids[m]
 		if m == q.self || id.Compare(own) <= 0 || !quorum.Plausible(own, id) {
@@ -411,7 +421,7 @@ func (q *tracker) toAsk(now uint64) []string {
 			q.asked = make(map[quorum.StableID]syncAsk)
 		}
 		q.asked[id] = next
-		out = append(out, next.node)
+		out = append(out, next)
 	}
 	return out
 }
