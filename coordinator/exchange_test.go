@@ -567,6 +567,15 @@ func TestStableAsksAreAnsweredOnlyWhenDue(t *testing.T) {
 	}
 }
 
+// convergedPair starts two nodes, k0 and k1, and waits until they converge.
+func convergedPair(ctx context.Context, t *testing.T) (k0, k1 *Coordinator) {
+	t.Helper()
+	tc := newTestCluster(t, nil)
+	tc.startNodes(ctx, "k", 2)
+	tc.waitConverged(ctx)
+	return tc.node("k0").c, tc.node("k1").c
+}
+
 // A stable ask over real gossip: a member whose stable membership is
 // newer than the asker's answers it, by a message of a few hundred bytes
 // and not by a push/pull of the whole register.
@@ -574,15 +583,10 @@ func TestStableAskIsAnswered(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tc := newTestCluster(t, nil)
-	tc.startNodes(ctx, "k", 2)
-	tc.waitConverged(ctx)
-	a, b := tc.node("k0").c, tc.node("k1").c
+	a, b := convergedPair(ctx, t)
 	whole := a.traffic.wholeStates.Load() + b.traffic.wholeStates.Load()
-	// b shows itself behind: its ask carries an older stable membership.
-	older := quorum.Stable{}
-	b.stable.Store(&older)
-	if err := b.sendStable("k0", gossip.KindAskStable, older); err != nil {
+	// b asks as a node behind would: with an older stable membership.
+	if err := b.sendStable("k0", gossip.KindAskStable, quorum.Stable{}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(ctx, t, "k0 to answer k1's stable ask", func() bool { return a.traffic.stableAnswers.Load() == 1 })
@@ -600,10 +604,7 @@ func TestSyncAsksForTheStableMembership(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := slowtest.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tc := newTestCluster(t, nil)
-	tc.startNodes(ctx, "k", 2)
-	tc.waitConverged(ctx)
-	a, b := tc.node("k0").c, tc.node("k1").c
+	a, b := convergedPair(ctx, t)
 	received := func() uint64 { return a.traffic.stableRefused.Load() + a.traffic.stableAnswers.Load() }
 	asked, states := received(), b.traffic.stateSyncs.Load()
 	next := a.stable.Load().ID()

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/bits"
@@ -124,14 +125,7 @@ func TestRejoinFirstByTheDrawnFew(t *testing.T) {
 	})
 	lostAt := time.Now() // at or after every survivor's loop saw it go, but for the loop's lag
 	slices.SortFunc(survivors, func(a, b *testNode) int {
-		ra, rb := rejoinRank(lost, a.name), rejoinRank(lost, b.name)
-		if ra < rb {
-			return -1
-		}
-		if ra > rb {
-			return 1
-		}
-		return 0
+		return cmp.Compare(rejoinRank(lost, a.name), rejoinRank(lost, b.name))
 	})
 	first := max(rejoinFanout, bits.Len(uint(len(survivors))))
 	cfg := survivors[0].c.cfg
