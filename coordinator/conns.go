@@ -20,8 +20,9 @@ import (
 // keep memberlist's handler of it running as long after Close.
 type closingTransport struct {
 	memberlist.NodeAwareTransport
-	// netDial is set when the transport is memberlist's NetTransport: its
-	// dial is then made here, under ctx, which Shutdown cancels.
+	// netDial is set when the transport is ours or memberlist's
+	// NetTransport: its dial is then made here, under ctx, which Shutdown
+	// cancels.
 	netDial bool
 
 	ctx    context.Context // ends at Shutdown
@@ -39,20 +40,20 @@ type closingTransport struct {
 	stopOnce sync.Once
 }
 
-// newTransport returns mc's transport wrapped, making memberlist's default
-// network transport when mc has none (and setting mc's ports when it binds
-// a free one).
+// newTransport returns mc's transport wrapped, making our network
+// transport (netTransport: memberlist's NetTransport, with a buffer per packet of its size)
+// when mc has none, and setting mc's ports when it binds a free one.
 func newTransport(mc *memberlist.Config, logger *log.Logger, sent *traffic) (*closingTransport, error) {
 	t := mc.Transport
+	_, isNet := t.(*memberlist.NetTransport)
 	if t == nil {
-		nc := &memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: logger}
 		var (
-			nt  *memberlist.NetTransport
+			nt  *netTransport
 			err error
 		)
 		// A free TCP port may be taken for UDP: try a few (as memberlist does).
 		for range 10 {
-			if nt, err = memberlist.NewNetTransport(nc); err == nil || mc.BindPort != 0 {
+			if nt, err = newNetTransport(mc.BindAddr, mc.BindPort, logger); err == nil || mc.BindPort != 0 {
 				break
 			}
 		}
@@ -60,14 +61,13 @@ func newTransport(mc *memberlist.Config, logger *log.Logger, sent *traffic) (*cl
 			return nil, fmt.Errorf("coordinator: gossip transport: %w", err)
 		}
 		if mc.BindPort == 0 {
-			mc.BindPort = nt.GetAutoBindPort()
+			mc.BindPort = nt.port()
 			if mc.AdvertisePort == 0 {
 				mc.AdvertisePort = mc.BindPort
 			}
 		}
-		t = nt
+		t, isNet = nt, true
 	}
-	_, isNet := t.(*memberlist.NetTransport)
 	na, ok := t.(memberlist.NodeAwareTransport)
 	if !ok {
 		na = addressTransport{t}
@@ -149,7 +149,7 @@ func (t *closingTransport) DialTimeout(addr string, timeout time.Duration) (net.
 }
 
 // DialAddressTimeout implements memberlist.NodeAwareTransport. A dial in
-// progress ends at Shutdown. NetTransport's dial is made here under a
+// progress ends at Shutdown. A network transport's dial is made here under a
 // context Shutdown cancels (what NetTransport does, plus the context).
 // Another transport's dial can't be cancelled: it runs on, and the
 // connection it returns after Shutdown is closed at once, but the caller
