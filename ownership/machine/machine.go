@@ -538,7 +538,7 @@ func (m *Machine) SetView(v View) error {
 	m.members, m.leavers, m.lives = members, leavers, lives
 	wasOK := m.q.ok
 	m.quorumStep(m.q.setView(m.now, v.Members, v.Left))
-	m.stepChanged(same && m.q.ok && wasOK)
+	m.stepChanged(same, wasOK)
 	return nil
 }
 
@@ -546,25 +546,48 @@ func (m *Machine) SetView(v View) error {
 func (m *Machine) HeardStable(s quorum.Stable) {
 	wasOK := m.q.ok
 	m.quorumStep(m.q.heard(m.now, s))
-	m.stepChanged(m.q.ok && wasOK)
+	m.stepChanged(true, wasOK)
 }
 
-// stepChanged steps what an input moved: every partition, or, when the
-// input left the placement, the members and their lives, and the quorum
-// as they were (held), the partitions placed here only. Those are all a
-// step of any other partition reads that such an input can change (its
-// own inputs step it themselves), so such a step would do nothing (see
-// Tick). At 100 x 4096 every join made each of 100 nodes re-advertise its
-// stable membership, and each of those views stepped all 4096 partitions
-// on every node (issue 22).
-func (m *Machine) stepChanged(held bool) {
-	if m.fullTicks || !held {
+// stepChanged steps what an input moved. same: the input left the
+// placement and the members and their lives as they were; wasOK: the
+// quorum before it. When the input changed one of those, or the quorum,
+// it steps every partition. Otherwise it steps only those a step could
+// move (see Tick): while the quorum holds, the partitions placed here;
+// while it is missing, those too and every partition not settled (it may
+// step down, or has just). A settled partition placed elsewhere wants
+// nothing and waits for nothing without a quorum, so its step would do
+// nothing, and its own inputs step it themselves. At 100 x 4096 every join made each
+// of 100 nodes re-advertise its stable membership, and each of those
+// views stepped all 4096 partitions on every node; at the start, while
+// nodes learnt the set, so did every tick without a quorum (issue 22).
+func (m *Machine) stepChanged(same, wasOK bool) {
+	switch {
+	case m.fullTicks || !same || m.q.ok != wasOK:
 		m.stepAll()
-		return
+	case m.q.ok:
+		for _, p := range m.placedHere() {
+			m.step(p)
+		}
+	default:
+		mine := m.placedHere()
+		for p := range uint32(len(m.parts)) {
+			switch {
+			case len(mine) > 0 && mine[0] == p:
+				mine = mine[1:]
+			case m.parts[p].settled(m.now):
+				continue
+			}
+			m.step(p)
+		}
 	}
-	for _, p := range m.placedHere() {
-		m.step(p)
-	}
+}
+
+// settled reports whether the partition is Unowned and wants and waits
+// for nothing: without a quorum, a step of it does nothing unless it is
+// placed here.
+func (s *part) settled(now uint64) bool {
+	return s.phase == Unowned && !s.wanting && s.waitFor == (gossip.Claim{}) && now >= s.rivalUntil
 }
 
 // quorumStep emits what a change of the quorum state calls for.
@@ -603,8 +626,9 @@ func (m *Machine) Tick() {
 	// (the view, the quorum, leaving, its own input), and a step of it now
 	// would do nothing: an Unowned one is not wanted, an Owned one was
 	// released then, and no other phase moves in step while the quorum
-	// holds.
-	m.stepChanged(!expired && m.q.ok && wasOK)
+	// holds. While it is missing through the tick, the partitions not
+	// Unowned are stepped too: time brings their step-down.
+	m.stepChanged(!expired, wasOK)
 }
 
 // placedHere returns the partitions the current placement gives this
