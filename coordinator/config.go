@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -98,8 +99,11 @@ type Config struct {
 	// is gossip that names another cluster.
 	// Default: "tenure".
 	ClusterName string
-	// BindAddr and BindPort: where gossip listens (UDP and TCP). A BindPort
-	// of 0 picks a free port (the LAN and WAN presets set 7946).
+	// BindAddr and BindPort: where gossip listens (UDP and TCP). BindAddr
+	// is an IP address, not a host name (unless Memberlist.Transport is
+	// set, which binds instead); bound to 0.0.0.0 or ::, a node advertises
+	// a private address of its host unless AdvertiseAddr is set. A
+	// BindPort of 0 picks a free port (the LAN and WAN presets set 7946).
 	// Default: BindAddr "0.0.0.0" (LAN, WAN), "127.0.0.1" (local).
 	BindAddr string
 	BindPort int
@@ -451,6 +455,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("coordinator: Config.MinQuorum must not be negative")
 	case c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535:
 		return c, errors.New("coordinator: Config ports must be in 0..65535")
+	case net.ParseIP(c.BindAddr) == nil && (c.Memberlist == nil || c.Memberlist.Transport == nil):
+		return c, fmt.Errorf("coordinator: Config.BindAddr %q is not an IP address", c.BindAddr)
 	}
 	for i, k := range c.GossipKeys {
 		if n := len(k); n != 16 && n != 24 && n != 32 {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // Issue 19, defect 6: Validate accepted Grace <= StepDown, which Grace's
@@ -41,6 +43,40 @@ func TestConfigValidateGraceAboveStepDown(t *testing.T) {
 			t.Errorf("%s: Grace %v, StepDown %v accepted", tc.name, tc.grace, tc.stepDown)
 		case !tc.ok && !(strings.Contains(err.Error(), "Grace") && strings.Contains(err.Error(), "StepDown")):
 			t.Errorf("%s: the error does not name Grace and StepDown: %v", tc.name, err)
+		}
+	}
+}
+
+// A BindAddr that is not an IP address is refused by Validate (memberlist's
+// NetTransport bound such a name to every interface, silently), unless a
+// transport of the caller's own does the binding.
+func TestConfigValidateBindAddr(t *testing.T) {
+	for _, tc := range []struct {
+		bind      string
+		transport bool
+		ok        bool
+	}{
+		{"127.0.0.1", false, true},
+		{"::1", false, true},
+		{"0.0.0.0", false, true},
+		{"", false, true}, // the preset's
+		{"localhost", false, false},
+		{"10.0.0.1:7946", false, false},
+		{"localhost", true, true},
+	} {
+		c := LocalConfig()
+		c.Name, c.Handler, c.BindAddr = "n", HandlerFuncs{}, tc.bind
+		if tc.transport {
+			ml := *c.Memberlist
+			ml.Transport = &memberlist.MockTransport{}
+			c.Memberlist = &ml
+		}
+		err := c.Validate()
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("BindAddr %q (own transport %v): %v", tc.bind, tc.transport, err)
+		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "BindAddr")):
+			t.Errorf("BindAddr %q accepted, or refused without naming BindAddr: %v", tc.bind, err)
 		}
 	}
 }

@@ -2,10 +2,12 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -53,7 +55,8 @@ func newTransport(mc *memberlist.Config, logger *log.Logger, sent *traffic) (*cl
 		)
 		// A free TCP port may be taken for UDP: try a few (as memberlist does).
 		for range 10 {
-			if nt, err = newNetTransport(mc.BindAddr, mc.BindPort, logger); err == nil || mc.BindPort != 0 {
+			nt, err = newNetTransport(mc.BindAddr, mc.BindPort, logger)
+			if err == nil || mc.BindPort != 0 || !errors.Is(err, syscall.EADDRINUSE) {
 				break
 			}
 		}

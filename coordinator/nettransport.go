@@ -23,22 +23,28 @@ const maxPacket = 65536
 const udpRecvBuf = 2 << 20
 
 // netTransport is memberlist's NetTransport for one bind address, TCP and
-// UDP on one port, with two changes:
+// UDP on one port, with these changes:
 //   - A packet is read into the listener's one buffer and handed on in a
 //     copy of its own size. NetTransport hands each packet on in a fresh
 //     64 KiB buffer: at 100 nodes in one process that was a tenth of the
 //     CPU, in zeroing and collecting them.
 //   - A packet to an address written as ip:port is sent without resolving
 //     it again.
+//   - Bound to :: (as to 0.0.0.0), it advertises a private address of the
+//     host; NetTransport advertised ::, which no peer can reach.
+//   - A failing read backs off as a failing accept does (5 ms, doubling
+//     to 1 s), instead of retrying at once.
+//   - It reports no go-metrics (NetTransport counts memberlist.udp.received
+//     to the global sink); the coordinator counts its own traffic.
 //
 // Everything else follows NetTransport: the advertised address, the
-// receive buffer, the accept backoff, and Shutdown returning once its
-// listeners have stopped.
+// receive buffer, and Shutdown returning once its listeners have stopped.
+// The fault-injecting transport of the cluster tests (transport/faultnet)
+// still wraps NetTransport.
 type netTransport struct {
-	bindAddr string
-	tcp      *net.TCPListener
-	udp      *net.UDPConn
-	logger   *log.Logger
+	tcp    *net.TCPListener
+	udp    *net.UDPConn
+	logger *log.Logger
 
 	packets chan *memberlist.Packet
 	streams chan net.Conn
@@ -83,13 +89,12 @@ func newNetTransport(addr string, port int, logger *log.Logger) (*netTransport, 
 		}
 	}
 	t := &netTransport{
-		bindAddr: addr,
-		tcp:      tcp,
-		udp:      udp,
-		logger:   logger,
-		packets:  make(chan *memberlist.Packet),
-		streams:  make(chan net.Conn),
-		done:     make(chan struct{}),
+		tcp:     tcp,
+		udp:     udp,
+		logger:  logger,
+		packets: make(chan *memberlist.Packet),
+		streams: make(chan net.Conn),
+		done:    make(chan struct{}),
 	}
 	t.wg.Add(2)
 	go t.acceptStreams()
@@ -115,7 +120,7 @@ func (t *netTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, err
 		return a, port, nil
 	}
 	a := t.tcp.Addr().(*net.TCPAddr).IP
-	if t.bindAddr == "0.0.0.0" {
+	if a.IsUnspecified() {
 		private, err := sockaddr.GetPrivateIP()
 		if err != nil {
 			return nil, 0, fmt.Errorf("failed to get interface addresses: %w", err)
@@ -188,11 +193,26 @@ func (t *netTransport) stopping() bool {
 	}
 }
 
+// backoff waits after a failed accept or read: 5 ms after the first,
+// doubling to 1 s, for *delay, which it updates. It reports false when
+// Shutdown began meanwhile.
+func (t *netTransport) backoff(delay *time.Duration) bool {
+	const minDelay, maxDelay = 5 * time.Millisecond, time.Second
+	*delay = min(max(2**delay, minDelay), maxDelay)
+	timer := time.NewTimer(*delay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-t.done:
+		return false
+	}
+}
+
 // acceptStreams hands accepted connections to memberlist, backing off
-// from 5 ms to 1 s while accepting fails (out of file descriptors, say).
+// while accepting fails (out of file descriptors, say).
 func (t *netTransport) acceptStreams() {
 	defer t.wg.Done()
-	const minDelay, maxDelay = 5 * time.Millisecond, time.Second
 	var delay time.Duration
 	for {
 		c, err := t.tcp.AcceptTCP()
@@ -200,13 +220,8 @@ func (t *netTransport) acceptStreams() {
 			if t.stopping() {
 				return
 			}
-			delay = min(max(2*delay, minDelay), maxDelay)
 			t.logger.Printf("[ERR] coordinator: accepting a gossip stream: %v", err)
-			timer := time.NewTimer(delay)
-			select {
-			case <-timer.C:
-			case <-t.done:
-				timer.Stop()
+			if !t.backoff(&delay) {
 				return
 			}
 			continue
@@ -222,10 +237,11 @@ func (t *netTransport) acceptStreams() {
 }
 
 // readPackets hands received packets to memberlist, each in a buffer of
-// its own size.
+// its own size, backing off while reading fails.
 func (t *netTransport) readPackets() {
 	defer t.wg.Done()
 	buf := make([]byte, maxPacket)
+	var delay time.Duration
 	for {
 		n, from, err := t.udp.ReadFromUDPAddrPort(buf)
 		now := time.Now()
@@ -234,8 +250,12 @@ func (t *netTransport) readPackets() {
 				return
 			}
 			t.logger.Printf("[ERR] coordinator: reading a gossip packet: %v", err)
+			if !t.backoff(&delay) {
+				return
+			}
 			continue
 		}
+		delay = 0
 		if n < 1 {
 			t.logger.Printf("[ERR] coordinator: empty gossip packet from %v", from)
 			continue

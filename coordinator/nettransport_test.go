@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	sockaddr "github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
 
 	"github.com/tenure-go/tenure/internal/testkit"
@@ -120,6 +123,98 @@ func TestNetTransportPortAndAddress(t *testing.T) {
 	}
 }
 
+// TestNetTransportAdvertisesAPrivateAddressWhenUnbound: bound to 0.0.0.0
+// or ::, the transport advertises a private address of the host (as
+// NetTransport does for 0.0.0.0), or fails when the host has none.
+func TestNetTransportAdvertisesAPrivateAddressWhenUnbound(t *testing.T) {
+	private, err := sockaddr.GetPrivateIP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bind := range []string{"0.0.0.0", "::"} {
+		nt, err := newNetTransport(bind, 0, nil)
+		if err != nil {
+			t.Fatalf("bind %s: %v", bind, err)
+		}
+		ip, port, err := nt.FinalAdvertiseAddr("", 0)
+		nt.Shutdown()
+		switch {
+		case private == "" && err == nil:
+			t.Errorf("bound to %s on a host without a private address: advertised %v", bind, ip)
+		case private != "" && (err != nil || ip.String() != private || port != nt.port()):
+			t.Errorf("bound to %s: advertised %v:%d (%v), want %s:%d", bind, ip, port, err, private, nt.port())
+		}
+	}
+}
+
+// lineCounter is a log writer that counts the lines holding a phrase.
+type lineCounter struct {
+	phrase string
+	n      atomic.Int64
+}
+
+func (w *lineCounter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(w.phrase)) {
+		w.n.Add(1)
+	}
+	return len(p), nil
+}
+
+// TestNetTransportBacksOffAndRecovers: a listener whose reads or accepts
+// fail (here: a deadline in the past) backs off between failures rather
+// than spinning, and serves again once they succeed.
+func TestNetTransportBacksOffAndRecovers(t *testing.T) {
+	for _, tc := range []struct {
+		phrase string
+		fail   func(nt *netTransport, until time.Time)
+		works  func(t *testing.T, a, b *netTransport)
+	}{
+		{"reading a gossip packet", func(nt *netTransport, until time.Time) { _ = nt.udp.SetReadDeadline(until) },
+			func(t *testing.T, a, b *netTransport) {
+				if _, err := a.WriteTo([]byte("again"), b.addr()); err != nil {
+					t.Fatal(err)
+				}
+				if p := recvPacket(t, b); string(p.Buf) != "again" {
+					t.Fatalf("got %q", p.Buf)
+				}
+			}},
+		{"accepting a gossip stream", func(nt *netTransport, until time.Time) { _ = nt.tcp.SetDeadline(until) },
+			func(t *testing.T, a, b *netTransport) {
+				c, err := a.DialTimeout(b.addr(), 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				select {
+				case in := <-b.StreamCh():
+					in.Close()
+				case <-time.After(10 * time.Second):
+					t.Fatal("no stream in 10 s")
+				}
+			}},
+	} {
+		t.Run(tc.phrase, func(t *testing.T) {
+			w := &lineCounter{phrase: tc.phrase}
+			a := newTestNetTransport(t)
+			b, err := newNetTransport("127.0.0.1", 0, log.New(w, "", 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Shutdown() })
+			tc.fail(b, time.Unix(1, 0))
+			ctx := testkit.Ctx(t, 10*time.Second)
+			testkit.WaitFor(ctx, t, "three failures", func() bool { return w.n.Load() >= 3 })
+			// Backing off from 5 ms, three failures take 35 ms; without
+			// a backoff they come by the thousand in that time.
+			if n := w.n.Load(); n > 50 {
+				t.Errorf("%d failures logged by the time three were seen: no backoff", n)
+			}
+			tc.fail(b, time.Time{})
+			tc.works(t, a, b)
+		})
+	}
+}
+
 // TestNetTransportStreams: a dialed stream arrives at the other end.
 func TestNetTransportStreams(t *testing.T) {
 	a, b := newTestNetTransport(t), newTestNetTransport(t)
@@ -155,6 +250,9 @@ func TestNetTransportShutdownDoesNotWaitForReaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Not waited for: a Shutdown that hangs is what this test looks for,
+	// and must fail it, not hang it.
+	t.Cleanup(func() { go b.Shutdown() })
 	if _, err := a.WriteTo([]byte("unread"), b.addr()); err != nil {
 		t.Fatal(err)
 	}
