@@ -240,7 +240,7 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	sc := newScaleCluster(t, partitions)
 	name := fmt.Sprintf("scale.%dx%d", n, partitions)
 	sc.name = name
-	begin := time.Now()
+	begin, cpuBegin := time.Now(), cpuNow()
 	for range n {
 		t0, tr0 := time.Now(), sc.traffic()
 		if err := sc.start(ctx); err != nil {
@@ -248,11 +248,11 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 		}
 		t.Logf("start %d: %v; sent meanwhile: %+v; rejoins so far %d", len(sc.nodes), time.Since(t0), sc.traffic().minus(tr0), sc.rejoins())
 	}
-	started := time.Since(begin)
+	started, startCPU := time.Since(begin), cpuNow()-cpuBegin
 	if err := sc.waitConverged(ctx); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	converged := time.Since(begin)
+	converged, convergeCPU := time.Since(begin), cpuNow()-cpuBegin
 	if err := sc.waitQuiet(ctx); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -284,14 +284,14 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	idleCPU := (cpuNow() - cpu0).Seconds() / idleFor.Seconds() / float64(n)
 
 	// One more node joins the converged cluster.
-	before, joinAt := sc.traffic(), time.Now()
+	before, joinAt, joinCPU0 := sc.traffic(), time.Now(), cpuNow()
 	if err := sc.start(ctx); err != nil {
 		t.Fatalf("%s: join: %v", name, err)
 	}
 	if err := sc.waitConverged(ctx); err != nil {
 		t.Fatalf("%s: after the join: %v", name, err)
 	}
-	joinTook := time.Since(joinAt)
+	joinTook, joinCPU := time.Since(joinAt), cpuNow()-joinCPU0
 	if err := sc.waitQuiet(ctx); err != nil {
 		t.Fatalf("%s: after the join: %v", name, err)
 	}
@@ -307,6 +307,12 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	}
 	fmt.Printf("figure: %s.start_seconds %.3f\n", name, started.Seconds())
 	fmt.Printf("figure: %s.converge_seconds %.3f\n", name, converged.Seconds())
+	// The CPU the whole process used until then (the test's polling
+	// included, which waitConverged paces): steadier from run to run than
+	// the times, which depend on how soon a saturated process starts to
+	// suspect members.
+	fmt.Printf("figure: %s.start_cpu_seconds %.1f\n", name, startCPU.Seconds())
+	fmt.Printf("figure: %s.converge_cpu_seconds %.1f\n", name, convergeCPU.Seconds())
 	fmt.Printf("figure: %s.quiet_seconds %.3f\n", name, quiet.Seconds())
 	fmt.Printf("figure: %s.join_quiet_seconds %.3f\n", name, joinQuiet.Seconds())
 	fmt.Printf("figure: %s.gossip_bytes_per_node_per_second %.0f\n", name, idleRate/float64(n))
@@ -316,6 +322,7 @@ func scaleRun(t *testing.T, n, partitions int, limit time.Duration) {
 	// is stopped in the window).
 	fmt.Printf("figure: %s.idle_cpu_cores_per_node %.4f\n", name, idleCPU)
 	fmt.Printf("figure: %s.join_seconds %.3f\n", name, joinTook.Seconds())
+	fmt.Printf("figure: %s.join_cpu_seconds %.2f\n", name, joinCPU.Seconds())
 	fmt.Printf("figure: %s.join_bytes %.0f\n", name, max(joinBytes, 0))
 	// What the join itself exchanged: the joiner's and its seed's states,
 	// each with the whole register (memberlist's member list, about 150
