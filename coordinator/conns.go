@@ -43,8 +43,9 @@ type closingTransport struct {
 }
 
 // newTransport returns mc's transport wrapped, making our network
-// transport (netTransport: memberlist's NetTransport, with a buffer per packet of its size)
-// when mc has none, and setting mc's ports when it binds a free one.
+// transport (netTransport: memberlist's NetTransport, with a buffer per
+// packet of its size) when mc has none, and setting mc's ports when it
+// binds a free one.
 func newTransport(mc *memberlist.Config, logger *log.Logger, sent *traffic) (*closingTransport, error) {
 	t := mc.Transport
 	_, isNet := t.(*memberlist.NetTransport)

@@ -107,7 +107,7 @@ func (t *netTransport) port() int { return t.tcp.Addr().(*net.TCPAddr).Port }
 
 // FinalAdvertiseAddr implements memberlist.Transport, as NetTransport
 // does: the given address, or else the bound one, or a private address
-// of this host when bound to 0.0.0.0.
+// of this host when bound to 0.0.0.0 or ::.
 func (t *netTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
 	if ip != "" {
 		a := net.ParseIP(ip)

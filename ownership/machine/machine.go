@@ -557,10 +557,11 @@ func (m *Machine) HeardStable(s quorum.Stable) {
 // while it is missing, those too and every partition not settled (it may
 // step down, or has just). A settled partition placed elsewhere wants
 // nothing and waits for nothing without a quorum, so its step would do
-// nothing, and its own inputs step it themselves. At 100 x 4096 every join made each
-// of 100 nodes re-advertise its stable membership, and each of those
-// views stepped all 4096 partitions on every node; at the start, while
-// nodes learnt the set, so did every tick without a quorum (issue 22).
+// nothing, and its own inputs step it themselves. At 100 x 4096 every
+// join made each of 100 nodes re-advertise its stable membership, and
+// each of those views stepped all 4096 partitions on every node; at the
+// start, while nodes learnt the set, so did every tick without a quorum
+// (issue 22).
 func (m *Machine) stepChanged(same, wasOK bool) {
 	switch {
 	case m.fullTicks || !same || m.q.ok != wasOK:
@@ -629,7 +630,7 @@ func (m *Machine) Tick() {
 	// would do nothing: an Unowned one is not wanted, an Owned one was
 	// released then, and no other phase moves in step while the quorum
 	// holds. While it is missing through the tick, the partitions not
-	// Unowned are stepped too: time brings their step-down.
+	// settled are stepped too: time brings their step-down.
 	m.stepChanged(!expired, wasOK)
 }
 
