@@ -2,12 +2,10 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -50,17 +48,7 @@ func newTransport(mc *memberlist.Config, logger *log.Logger, sent *traffic) (*cl
 	t := mc.Transport
 	_, isNet := t.(*memberlist.NetTransport)
 	if t == nil {
-		var (
-			nt  *netTransport
-			err error
-		)
-		// A free TCP port may be taken for UDP: try a few (as memberlist does).
-		for range 10 {
-			nt, err = newNetTransport(mc.BindAddr, mc.BindPort, logger)
-			if err == nil || mc.BindPort != 0 || !errors.Is(err, syscall.EADDRINUSE) {
-				break
-			}
-		}
+		nt, err := listenNetTransport(mc.BindAddr, mc.BindPort, logger)
 		if err != nil {
 			return nil, fmt.Errorf("coordinator: gossip transport: %w", err)
 		}

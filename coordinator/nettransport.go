@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	sockaddr "github.com/hashicorp/go-sockaddr"
@@ -100,6 +101,19 @@ func newNetTransport(addr string, port int, logger *log.Logger) (*netTransport, 
 	go t.acceptStreams()
 	go t.readPackets()
 	return t, nil
+}
+
+// listenNetTransport is newNetTransport, trying again a few times when
+// port is 0 and the free TCP port it took is taken for UDP (as memberlist
+// does).
+func listenNetTransport(addr string, port int, logger *log.Logger) (*netTransport, error) {
+	for range 9 {
+		nt, err := newNetTransport(addr, port, logger)
+		if err == nil || port != 0 || !errors.Is(err, syscall.EADDRINUSE) {
+			return nt, err
+		}
+	}
+	return newNetTransport(addr, port, logger)
 }
 
 // port is the port both listeners are bound to.

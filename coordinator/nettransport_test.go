@@ -20,15 +20,7 @@ import (
 
 func newTestNetTransport(t testing.TB) *netTransport {
 	t.Helper()
-	var (
-		nt  *netTransport
-		err error
-	)
-	for range 10 { // a free TCP port may be taken for UDP
-		if nt, err = newNetTransport("127.0.0.1", 0, nil); err == nil {
-			break
-		}
-	}
+	nt, err := listenNetTransport("127.0.0.1", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
