@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/tenure-go/tenure/ownership"
 )
 
 // Issue 19, defect 6: Validate accepted Grace <= StepDown, which Grace's
@@ -77,6 +79,26 @@ func TestConfigValidateBindAddr(t *testing.T) {
 			t.Errorf("BindAddr %q (own transport %v): %v", tc.bind, tc.transport, err)
 		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "BindAddr")):
 			t.Errorf("BindAddr %q accepted, or refused without naming BindAddr: %v", tc.bind, err)
+		}
+	}
+}
+
+// A node's metadata shows a new stable membership at most once per a
+// quarter of StableAfter (showFraction), as its comment says: 1.25 s on
+// the local preset, 7.5 s on LAN, 15 s on WAN.
+func TestShowTicksAreAQuarterOfStableAfter(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want time.Duration
+	}{
+		{"local", LocalConfig(), 1250 * time.Millisecond},
+		{"lan", LANConfig(), 7500 * time.Millisecond},
+		{"wan", WANConfig(), 15 * time.Second},
+	} {
+		got := time.Duration(c.cfg.machineConfig(ownership.Node{Name: "a"}).ShowTicks) * c.cfg.TickInterval
+		if got < c.want || got >= c.want+c.cfg.TickInterval {
+			t.Errorf("%s: shows at most once per %v, want %v (rounded up to a tick)", c.name, got, c.want)
 		}
 	}
 }

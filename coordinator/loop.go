@@ -573,6 +573,8 @@ func (l *loop) perform() {
 			}
 		case machine.ActStable:
 			l.stable(a.Stable)
+		case machine.ActShow:
+			l.show(a.Stable)
 		case machine.ActSync:
 			l.sync(a.Node, a.Tries)
 		case machine.ActQuorum:
@@ -597,13 +599,20 @@ func (l *loop) serve(a machine.Action) {
 	c.subs.publish(Event{Kind: EventAcquired, Node: c.cfg.Name, Partition: a.Partition, Token: a.Token, Time: now})
 }
 
-// stable keeps a new stable membership for gossip: in push/pull state, in
-// this node's metadata (so others see their own is outdated), and in a
-// broadcast.
+// stable keeps a new stable membership for gossip: in push/pull state and
+// in a broadcast. Metadata shows it when the machine says (show).
 func (l *loop) stable(s quorum.Stable) {
 	c := l.c
 	c.stable.Store(&s)
 	c.broadcastStable(s)
+}
+
+// show puts s's ID in this node's metadata, so that members whose own
+// stable membership is older see that they are outdated. Each update of
+// the metadata is an alive message that every member handles and passes
+// on: the machine shows a burst of changes as its latest (ShowTicks).
+func (l *loop) show(s quorum.Stable) {
+	c := l.c
 	if err := c.updateMeta(func(m *meta) { m.Stable = s.ID() }); err != nil {
 		c.log.Error("node metadata", "err", err)
 		return

@@ -34,6 +34,7 @@ type node struct {
 	auth     *gossip.Authority
 	stable   quorum.Stable
 	stableID quorum.StableID // stable's ID (hashing the names costs)
+	shownID  quorum.StableID // the stable ID its metadata shows (ActShow)
 	leaving  bool
 	leftAt   uint64 // tick the leave started
 	founder  bool   // this life bootstrapped the cluster
@@ -91,7 +92,7 @@ func (n *node) start(bootstrap bool) {
 		n.sc = newScaleNode(s.cfg.Partitions)
 	}
 	n.auth, _ = gossip.NewAuthority(n.reg, s.keys)
-	n.stable, n.stableID = quorum.Stable{}, quorum.StableID{}
+	n.stable, n.stableID, n.shownID = quorum.Stable{}, quorum.StableID{}, quorum.StableID{}
 	s.chk.outdated[n.idx] = false
 	n.servedTok = make([]ownership.Token, s.cfg.Partitions)
 	n.acquired = make(map[ownership.Token]bool)
@@ -108,7 +109,7 @@ func (n *node) start(bootstrap bool) {
 		Self: n.self, Partitions: c.Partitions, Bootstrap: bootstrap,
 		Fenced: true, StrictAuthority: c.Strict,
 		GraceTicks: c.Grace, HandoffTicks: c.Handoff, StepDownTicks: c.StepDown,
-		StableAfterTicks: c.StableAfter, RetryTicks: c.Retry, MaxRetryTicks: c.MaxRetry,
+		StableAfterTicks: c.StableAfter, ShowTicks: c.Show, RetryTicks: c.Retry, MaxRetryTicks: c.MaxRetry,
 		AcquireTicks: c.Acquire, ReleaseTicks: c.Release, MaxClaims: c.maxClaims(),
 		Rand: s.rng, Knobs: &knobs, Register: n.reg,
 	})
@@ -223,7 +224,7 @@ func (n *node) members(seen []int) []machine.ViewMember {
 	out := make([]machine.ViewMember, 0, len(seen))
 	for _, j := range seen {
 		m := s.nodes[j]
-		out = append(out, machine.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.stableID, Leaving: m.leaving,
+		out = append(out, machine.ViewMember{Name: m.name, Incarnation: m.self.Incarnation, Stable: m.shownID, Leaving: m.leaving,
 			Unreachable: s.net.unreach[n.idx][j]})
 	}
 	return out
@@ -321,6 +322,8 @@ func (n *node) perform() {
 			n.stable, n.stableID = a.Stable, a.Stable.ID()
 			s.tracef("%s stable %v", n.name, a.Stable)
 			n.gossip(gossip.Message{Kind: gossip.KindStable, Stable: a.Stable})
+		case machine.ActShow:
+			n.shownID = a.Stable.ID()
 			s.net.metaChanged(n)
 		case machine.ActSync:
 			if m := s.nodeByName(a.Node); m != nil {

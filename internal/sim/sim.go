@@ -26,6 +26,9 @@ type Config struct {
 
 	Grace, Handoff, StepDown, StableAfter int
 	Retry, MaxRetry, Acquire, Release     int
+	// Show: a node's metadata shows a new stable membership at most once
+	// per Show ticks (machine.MachineConfig.ShowTicks).
+	Show int
 	// DetectMin and DetectMax bound how long a node takes to notice that
 	// another became unreachable (the spread across observers is what
 	// quorum and grace must cover); JoinDelay, that one became reachable.
@@ -86,7 +89,7 @@ func DefaultConfig(seed uint64) Config {
 	return Config{
 		Seed: seed, Nodes: 5, Partitions: 16,
 		Grace: 12, Handoff: 10, StepDown: 3, StableAfter: 25,
-		Retry: 2, MaxRetry: 16, Acquire: 12, Release: 12,
+		Retry: 2, MaxRetry: 16, Acquire: 12, Release: 12, Show: 6,
 		DetectMin: 2, DetectMax: 6, JoinDelay: 3, ReachSpan: 2, ReachHold: 24,
 		GossipDelay: 2, PushPull: 10,
 	}

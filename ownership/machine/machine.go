@@ -96,7 +96,8 @@ const (
 	// whether that changed the register).
 	ActPublish
 	// ActStable: the stable membership changed to Stable: keep it for
-	// gossip (state and node metadata) and broadcast it.
+	// gossip (push/pull state) and broadcast it. Node metadata shows it
+	// when ActShow says.
 	ActStable
 	// ActSync: member Node holds a newer stable membership: ask it for it
 	// (the coordinator sends a stable ask first, then, from the Tries it
@@ -104,15 +105,19 @@ const (
 	// its whole state with Node by a push/pull). One member is asked per newer stable
 	// membership at a time; another after RetryTicks (doubling) if this
 	// node is still behind. The first ask waits RetryTicks when a member
-	// that showed this node's own stable membership steps one version
-	// past it (a join: the new set's gossip is on its way).
+	// that showed this node's own stable membership, or an older one,
+	// steps past it (a join: the new set's gossip is on its way).
 	ActSync
 	// ActQuorum: whether this node sees a quorum changed to OK. For logs
 	// and status; the machine has acted on it already.
 	ActQuorum
+	// ActShow: show Stable's ID in this node's metadata (ViewMember.Stable
+	// on the other nodes). The first stable membership is shown at once,
+	// later ones at most once per ShowTicks (MachineConfig.ShowTicks).
+	ActShow
 )
 
-var actNames = [...]string{"", "claim", "fence", "acquire", "serve", "release", "end", "publish", "stable", "sync", "quorum"}
+var actNames = [...]string{"", "claim", "fence", "acquire", "serve", "release", "end", "publish", "stable", "sync", "quorum", "show"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actNames) && k != 0 {
@@ -141,7 +146,7 @@ type Action struct {
 	// Waited and Failover: for ActServe (see there).
 	Waited   uint64
 	Failover bool
-	// Stable: for ActStable.
+	// Stable: for ActStable and ActShow.
 	Stable quorum.Stable
 	// Node: for ActSync.
 	Node string
@@ -157,7 +162,7 @@ func (a Action) String() string {
 	var b strings.Builder
 	b.WriteString(a.Kind.String())
 	switch a.Kind {
-	case ActStable:
+	case ActStable, ActShow:
 		fmt.Fprintf(&b, " %v", a.Stable)
 		return b.String()
 	case ActSync:
@@ -238,6 +243,18 @@ type MachineConfig struct {
 	// StableAfterTicks: a view unchanged this long, holding a quorum of the
 	// stable membership, becomes the stable membership.
 	StableAfterTicks int
+	// ShowTicks: the stable membership this node shows in its metadata
+	// (ActShow) changes at most once per ShowTicks. Each show is an update
+	// of the node's metadata, which gossip carries to every member, and
+	// each join changes every node's stable membership: when nodes start
+	// one after another, a burst of changes is shown as its latest. The
+	// first stable membership is shown at once (a member that shows none
+	// counts as a new process), and so is a change after ShowTicks
+	// without one. A node learns late, by at most ShowTicks, that a
+	// member holds a newer stable membership than its own (it is then
+	// outdated): keep ShowTicks well below StableAfterTicks. Zero: every
+	// change at once.
+	ShowTicks int
 	// RetryTicks is the first wait after a failed claim, fence or acquire,
 	// or a resignation; it doubles with each failure in a row, up to
 	// MaxRetryTicks (default 32 x RetryTicks), with jitter from Rand.
@@ -277,7 +294,7 @@ func (c MachineConfig) Validate() error {
 		return errors.New("machine: MachineConfig.Self.Name is empty")
 	case c.Partitions <= 0 || c.Partitions > gossip.MaxPartitions:
 		return fmt.Errorf("machine: MachineConfig.Partitions = %d, want 1 to %d", c.Partitions, gossip.MaxPartitions)
-	case c.GraceTicks < 0 || c.HandoffTicks < 0 || c.StepDownTicks < 0 || c.StableAfterTicks < 0 ||
+	case c.GraceTicks < 0 || c.HandoffTicks < 0 || c.StepDownTicks < 0 || c.StableAfterTicks < 0 || c.ShowTicks < 0 ||
 		c.RetryTicks < 0 || c.MaxRetryTicks < 0 || c.AcquireTicks < 0 || c.ReleaseTicks < 0 || c.MinQuorum < 0 || c.MaxClaims < 0:
 		return errors.New("machine: MachineConfig counts must not be negative")
 	case c.Register != nil && c.Register.Partitions() != c.Partitions:
@@ -403,12 +420,15 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 		bootstrap:   cfg.Bootstrap,
 		min:         cfg.MinQuorum,
 		stableAfter: uint64(cfg.StableAfterTicks),
+		showEvery:   uint64(cfg.ShowTicks),
 		retry:       uint64(cfg.RetryTicks),
 		maxRetry:    uint64(cfg.MaxRetryTicks),
 		knobs:       cfg.Knobs,
 	}
 	if m.q.eval(0) {
 		m.out = append(m.out, Action{Kind: ActStable, Stable: m.q.stable})
+		m.q.unshown = true
+		m.show()
 	}
 	m.reported = m.q.ok // ActQuorum reports changes from here
 	return m, nil
@@ -593,11 +613,28 @@ func (s *part) settled(now uint64) bool {
 	return s.phase == Unowned && !s.wanting && now >= s.rivalUntil
 }
 
+// show emits ActShow when the stable membership differs from the one this
+// node's metadata shows and may be shown now: the first at once, a later
+// one ShowTicks after the last show.
+func (m *Machine) show() {
+	q := &m.q
+	if !q.unshown || q.showing != (quorum.StableID{}) && m.now-q.shownAt < q.showEvery {
+		return
+	}
+	q.unshown = false
+	if id := q.stable.ID(); id != q.showing {
+		q.showing, q.shownAt = id, m.now
+		m.out = append(m.out, Action{Kind: ActShow, Stable: q.stable})
+	}
+}
+
 // quorumStep emits what a change of the quorum state calls for.
 func (m *Machine) quorumStep(changed bool) {
 	if changed {
 		m.out = append(m.out, Action{Kind: ActStable, Stable: m.q.stable})
+		m.q.unshown = true
 	}
+	m.show()
 	for _, a := range m.q.asks(m.now) {
 		m.out = append(m.out, Action{Kind: ActSync, Node: a.node, Tries: a.tries})
 	}

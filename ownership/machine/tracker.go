@@ -57,10 +57,10 @@ import (
 // hold a quorum of it: a forged set of members that do not exist can't
 // halt a node for good. A member whose metadata shows a higher ID than the
 // node's (within MaxStableJump) makes it outdated (unless it is the node's
-// own view one version up, which it takes: see nextShown): it has no quorum and
-// asks one member that shows the newer ID for it (see toAsk; a
-// member in step that steps one version ahead is asked a retry wait
-// later, if this node has not heard the new set by then). This is
+// own view at a higher version, which it takes: see nextShown): it has no
+// quorum and asks one member that shows the newer ID for it (see toAsk; a
+// member in step that steps ahead is asked a retry wait later, if this
+// node has not heard the new set by then). This is
 // what keeps a node that restarts on the minority side of a split, or that
 // sat on the far side of a split that later reshaped, from counting a
 // quorum the cluster no longer gives it.
@@ -69,6 +69,7 @@ type tracker struct {
 	bootstrap   bool
 	min         int
 	stableAfter uint64
+	showEvery   uint64 // ShowTicks
 	retry       uint64 // first wait before asking another member (toAsk)
 	maxRetry    uint64 // longest wait between asks
 	knobs       *TestingKnobs
@@ -84,6 +85,9 @@ type tracker struct {
 	doubt     bool                        // pending is known: no quorum, no promotion, but leaves still count
 	asked     map[quorum.StableID]syncAsk // per newer stable ID the view shows: whom this node asked for it
 	pending   quorum.Stable               // heard and newer, but no quorum of it is known
+	showing   quorum.StableID             // the stable ID the node's metadata shows (ActShow)
+	shownAt   uint64                      // tick of the last ActShow
+	unshown   bool                        // stable changed since the last show
 	pendingAt uint64                      // tick pending was last heard
 }
 
@@ -246,8 +250,10 @@ func (q *tracker) eval(now uint64) bool {
 }
 
 // nextShown takes, as heard, the stable membership a member of the view
-// shows when it is the one this node would promote next: its own view, one
-// version up. A join grows the set on every node that sees it; the first
+// shows when it is the one this node would promote next: its own view, at
+// a higher version (within MaxStableJump). Usually one version up; more
+// when the member showed a burst of changes as its latest (ShowTicks) or
+// this node missed one. A join grows the set on every node that sees it; the first
 // to promote shows the new ID in its metadata, and every node that saw
 // the ID before the set's broadcast was outdated, without a quorum until
 // the set reached it, although it held the set's every name: at 200 nodes
@@ -268,19 +274,19 @@ func (q *tracker) nextShown(now uint64) bool {
 		return false
 	}
 	// The view is hashed (the cost, every tick while the view differs
-	// from the set) only once a member shows the next version.
-	var next quorum.Stable
-	var id quorum.StableID
+	// from the set) only once a member shows a newer version. The hash
+	// is of the names alone.
+	var hash uint64
 	for _, m := range q.reached {
-		if m == q.self || q.ids[m].Version != q.stable.Version+1 {
+		id := q.ids[m]
+		if m == q.self || id.Version <= q.stable.Version || id.Version-q.stable.Version > quorum.MaxStableJump {
 			continue
 		}
-		if !next.Known() {
-			next = quorum.NewStable(q.stable.Version+1, q.view)
-			id = next.ID()
+		if hash == 0 {
+			hash = quorum.NewStable(1, q.view).ID().Hash
 		}
-		if q.ids[m] == id {
-			return q.heard(now, next)
+		if id.Hash == hash {
+			return q.heard(now, quorum.NewStable(id.Version, q.view))
 		}
 	}
 	return false
@@ -428,8 +434,8 @@ func (q *tracker) asks(now uint64) []syncAsk {
 
 // noteSteps records, from the view about to replace the last one (ids,
 // each member's stable ID), the newer IDs whose first ask waits (see
-// toAsk): an ID one version above this node's own, first seen shown by a
-// member that showed this node's own ID in the last view. An ID first
+// toAsk): an ID of a higher version than this node's own, first seen shown
+// by a member in step with it in the last view (inStep). An ID first
 // seen otherwise gets no entry and is asked for at once; a later step to
 // an ID already seen changes nothing.
 func (q *tracker) noteSteps(now uint64, ids map[string]quorum.StableID) {
@@ -444,7 +450,7 @@ func (q *tracker) noteSteps(now uint64, ids map[string]quorum.StableID) {
 		if _, ok := q.asked[id]; ok {
 			continue
 		}
-		if old, was := q.ids[m]; !was || old != own || id.Version != own.Version+1 {
+		if old, was := q.ids[m]; !was || !inStep(old, own) || id.Version <= own.Version {
 			continue
 		}
 		// Another member may show id first seen otherwise in this same
@@ -459,15 +465,24 @@ func (q *tracker) noteSteps(now uint64, ids map[string]quorum.StableID) {
 	}
 }
 
-// otherwiseShown reports whether a member of the last view that did not
-// show this node's own stable ID shows id in ids (the new view's).
+// inStep reports whether a member that showed stable ID shown was in step
+// with a node whose own is own: it showed own, or an older version. A
+// member shows a burst of changes as its latest (ShowTicks), so one in
+// step with a node may step several versions past it at once, and one
+// that just caught up may show a version it has already left.
+func inStep(shown, own quorum.StableID) bool {
+	return shown == own || shown.Version < own.Version
+}
+
+// otherwiseShown reports whether a member of the last view that was not in
+// step with this node (inStep) shows id in ids (the new view's).
 func (q *tracker) otherwiseShown(id quorum.StableID, ids map[string]quorum.StableID) bool {
 	own := q.stable.ID()
 	for m, mid := range ids {
 		if m == q.self || mid != id {
 			continue
 		}
-		if old, was := q.ids[m]; was && old != own {
+		if old, was := q.ids[m]; was && !inStep(old, own) {
 			return true
 		}
 	}

@@ -55,18 +55,22 @@ func TestQuorumForgetsWhomItAsked(t *testing.T) {
 	if len(q.asked) != 0 {
 		t.Fatalf("%d entries remembered after the node reached the set they were asked for", len(q.asked))
 	}
-	// A member that later shows a set two versions newer is asked at once
-	// (one version newer, a step from this node's own, waits a retry:
-	// TestQuorumWaitsForAStepItCanHear).
+	// A member in step that later shows a set two versions newer is asked
+	// a retry wait later (TestQuorumWaitsForAStepItCanHear).
 	view[1].Stable = quorum.NewStable(6, []string{"a", "b"}).ID()
-	q.setView(5, view[:51], nil)
-	if got := q.toAsk(5); !slices.Equal(got, []string{view[1].Name}) {
+	var got []string
+	now := uint64(5)
+	for ; now <= 5+q.retry && len(got) == 0; now++ {
+		q.setView(now, view[:51], nil)
+		got = q.toAsk(now)
+	}
+	if !slices.Equal(got, []string{view[1].Name}) {
 		t.Fatalf("asked %v, want %s for its newer set", got, view[1].Name)
 	}
 	// It stops showing it (it went back or the entry was forged): forgotten.
 	view[1].Stable = q.stable.ID()
-	q.setView(6, view[:51], nil)
-	q.toAsk(6)
+	q.setView(now, view[:51], nil)
+	q.toAsk(now)
 	if len(q.asked) != 0 {
 		t.Fatalf("%v remembered after no member shows its ID", q.asked)
 	}
@@ -289,11 +293,40 @@ func TestQuorumWaitsForAStepItCanHear(t *testing.T) {
 		t.Fatalf("asked at ticks %v, want %v", at, want)
 	}
 
+	// A member in step may step several versions at once: it shows a
+	// burst of changes as its latest (ShowTicks). That waits too, and so
+	// does a step from an older set than this node's own.
+	for _, c := range []struct {
+		name   string
+		before quorum.StableID
+		after  quorum.StableID
+	}{
+		{"two versions", old.ID(), quorum.NewStable(5, []string{"a", "b", "c"}).ID()},
+		{"from behind", quorum.NewStable(2, []string{"a", "b"}).ID(), newer.ID()},
+	} {
+		r := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: old}
+		r.setView(1, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: c.before}, {Name: "c", Stable: old.ID()}}, nil)
+		r.asked = nil
+		after := []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: c.after}, {Name: "c", Stable: old.ID()}}
+		var at []uint64
+		for now := uint64(2); now <= 8; now++ {
+			r.setView(now, after, nil)
+			if got := r.toAsk(now); len(got) > 0 {
+				at = append(at, now)
+			}
+		}
+		if want := []uint64{6}; !slices.Equal(at, want) {
+			t.Errorf("%s: asked at ticks %v, want %v", c.name, at, want)
+		}
+	}
+
 	// Asked at once, as before: a node with no stable membership yet (it
 	// just started); a member that first shows the newer set without a step
 	// from this node's own (it was not in the view: back from a split or
-	// restarted); a jump of two versions; a step while this node is still
-	// behind from an earlier one (the member's last ID was not this node's).
+	// restarted); a step from another set of this node's version (the
+	// member was on a diverged side); a step while this node is still
+	// behind from an earlier one (the member's last ID was newer than this
+	// node's).
 	for _, c := range []struct {
 		name       string
 		own        quorum.Stable
@@ -303,7 +336,8 @@ func TestQuorumWaitsForAStepItCanHear(t *testing.T) {
 	}{
 		{"no stable yet", quorum.Stable{}, []ViewMember{{Name: "a"}, {Name: "b"}}, []ViewMember{{Name: "a"}, {Name: "b", Stable: newer.ID()}}, true},
 		{"new in the view", old, []ViewMember{{Name: "a", Stable: old.ID()}}, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: newer.ID()}}, true},
-		{"two versions", old, inStep, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: quorum.NewStable(5, []string{"a", "b", "c"}).ID()}, {Name: "c", Stable: old.ID()}}, true},
+		{"diverged", old, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: quorum.NewStable(3, []string{"a", "b", "x"}).ID()}, {Name: "c", Stable: old.ID()}},
+			[]ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: newer.ID()}, {Name: "c", Stable: old.ID()}}, true},
 		{"still behind", old, stepped, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: quorum.NewStable(4, []string{"a", "b", "c", "e"}).ID()}, {Name: "c", Stable: old.ID()}}, true},
 	} {
 		r := &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: c.own}
@@ -380,6 +414,16 @@ func TestQuorumTakesTheNextSetAMemberShows(t *testing.T) {
 	if q.stable.ID() != next.ID() || q.outdated || !q.ok {
 		t.Fatalf("stable %v, outdated %v, quorum %v; want %v, not outdated, a quorum", q.stable, q.outdated, q.ok, next)
 	}
+	// Several versions up too: a member shows a burst of changes as its
+	// latest (ShowTicks), and a node may miss one. The set taken is the
+	// one shown, at its version.
+	q = &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: quorum.NewStable(3, []string{"a", "b", "c"})}
+	later := quorum.NewStable(6, []string{"a", "b", "c", "d"})
+	view[1].Stable = later.ID()
+	if !q.setView(1, view, nil) || q.stable.ID() != later.ID() || q.outdated || !q.ok {
+		t.Fatalf("stable %v, outdated %v, quorum %v; want %v, not outdated, a quorum", q.stable, q.outdated, q.ok, later)
+	}
+	view[1].Stable = next.ID()
 
 	// Taken only from a member this node reaches, and only while it
 	// reaches a majority of its own set: a member's metadata outlives it
