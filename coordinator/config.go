@@ -250,7 +250,11 @@ type Config struct {
 	// sight of the others one at a time, could shrink its stable set step
 	// by step and keep a quorum. Longer is safer; the cost is that the
 	// stable set follows crashes slowly, so several crashes within
-	// StableAfter count against the older, larger set.
+	// StableAfter count against the older, larger set. A node's metadata
+	// shows a new stable membership at once after a quiet spell, but at
+	// most once per StableAfter/4 in a burst (nodes starting one after
+	// another): Status reports the set the node holds, which its
+	// metadata may show up to that much later.
 	// Default: LAN 30s, WAN 60s, local 5s.
 	StableAfter time.Duration
 	// MinQuorum, when > 0, replaces the majority rule: a node has a quorum
@@ -510,7 +514,7 @@ func (c Config) machineConfig(self ownership.Node) machine.MachineConfig {
 		HandoffTicks:     c.ticks(c.HandoffTimeout),
 		StepDownTicks:    c.ticks(c.StepDown),
 		StableAfterTicks: c.ticks(c.StableAfter),
-		ShowTicks:        c.ticks(c.StableAfter / showFraction),
+		ShowTicks:        min(c.ticks(c.StableAfter/showFraction), c.ticks(c.StableAfter)/2),
 		RetryTicks:       c.ticks(c.RetryInterval),
 		MaxRetryTicks:    c.ticks(c.MaxRetryInterval),
 		AcquireTicks:     c.ticks(c.AcquireTimeout),

@@ -1,12 +1,17 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/tenure-go/tenure/internal/slowtest"
+	"github.com/tenure-go/tenure/internal/testkit"
 	"github.com/tenure-go/tenure/ownership"
 	"github.com/tenure-go/tenure/ownership/quorum"
 	"github.com/tenure-go/tenure/ring"
@@ -232,5 +237,45 @@ func TestDelegateTakesOnlyThisClustersGoodbye(t *testing.T) {
 	d.NotifyMsg(encodeGoodbye("gb-peer", enc(mine)))
 	if !gone() {
 		t.Fatal("the member's own goodbye was not taken")
+	}
+}
+
+// Every node's metadata shows, in the end, the stable membership it holds
+// (ActShow): the members that see it learn from it whether their own is
+// outdated. A cluster's start is a burst of changes, shown as its latest
+// within ShowTicks.
+func TestMetadataShowsTheStableMembership(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := slowtest.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, nil)
+	tc.startNodes(ctx, "show", 3)
+	nodes := tc.all()
+	err := testkit.Check(ctx, func() error {
+		for _, n := range nodes {
+			held := n.c.stable.Load().ID()
+			for _, o := range nodes {
+				if o == n {
+					continue
+				}
+				seen := false
+				for _, e := range o.c.nodes.live() {
+					if e.member.Name != n.name {
+						continue
+					}
+					seen = true
+					if e.err != nil || e.meta.Stable != held {
+						return fmt.Errorf("%s sees %s's metadata show stable %v (%v), %s holds %v", o.name, n.name, e.meta.Stable, e.err, n.name, held)
+					}
+				}
+				if !seen {
+					return fmt.Errorf("%s does not see %s", o.name, n.name)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

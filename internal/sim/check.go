@@ -225,7 +225,7 @@ func (c *checker) claimed(n *node, p uint32) {
 func (c *checker) step() {
 	s := c.s
 	now := s.now
-	w := uint64(s.cfg.DetectMax + s.cfg.JoinDelay + 2*s.cfg.GossipDelay + s.cfg.Show + s.cfg.StepDown + 3)
+	w := uint64(s.cfg.DetectMax + s.cfg.JoinDelay + 2*s.cfg.GossipDelay + s.cfg.StepDown + 3)
 	seen := make(map[string]bool)
 	quorate := make(map[quorum.StableID]string) // stable ID -> a group counting a quorum of it
 	var quorateComps []string

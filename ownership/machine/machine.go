@@ -252,7 +252,8 @@ type MachineConfig struct {
 	// counts as a new process), and so is a change after ShowTicks
 	// without one. A node learns late, by at most ShowTicks, that a
 	// member holds a newer stable membership than its own (it is then
-	// outdated): keep ShowTicks well below StableAfterTicks. Zero: every
+	// outdated). At most StableAfterTicks/2, so that a promotion (a view
+	// unchanged for StableAfterTicks) is always shown at once. Zero: every
 	// change at once.
 	ShowTicks int
 	// RetryTicks is the first wait after a failed claim, fence or acquire,
@@ -297,6 +298,8 @@ func (c MachineConfig) Validate() error {
 	case c.GraceTicks < 0 || c.HandoffTicks < 0 || c.StepDownTicks < 0 || c.StableAfterTicks < 0 || c.ShowTicks < 0 ||
 		c.RetryTicks < 0 || c.MaxRetryTicks < 0 || c.AcquireTicks < 0 || c.ReleaseTicks < 0 || c.MinQuorum < 0 || c.MaxClaims < 0:
 		return errors.New("machine: MachineConfig counts must not be negative")
+	case 2*c.ShowTicks > c.StableAfterTicks && c.ShowTicks > 0:
+		return fmt.Errorf("machine: MachineConfig.ShowTicks = %d, want at most StableAfterTicks/2 (%d)", c.ShowTicks, c.StableAfterTicks/2)
 	case c.Register != nil && c.Register.Partitions() != c.Partitions:
 		return fmt.Errorf("machine: MachineConfig.Register has %d partitions, want %d", c.Register.Partitions(), c.Partitions)
 	}
@@ -621,11 +624,9 @@ func (m *Machine) show() {
 	if !q.unshown || q.showing != (quorum.StableID{}) && m.now-q.shownAt < q.showEvery {
 		return
 	}
-	q.unshown = false
-	if id := q.stable.ID(); id != q.showing {
-		q.showing, q.shownAt = id, m.now
-		m.out = append(m.out, Action{Kind: ActShow, Stable: q.stable})
-	}
+	// Stable IDs only rise: a change is never back to the ID shown.
+	q.unshown, q.showing, q.shownAt = false, q.stable.ID(), m.now
+	m.out = append(m.out, Action{Kind: ActShow, Stable: q.stable})
 }
 
 // quorumStep emits what a change of the quorum state calls for.

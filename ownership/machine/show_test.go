@@ -92,3 +92,19 @@ func TestShowsABurstAsItsLatest(t *testing.T) {
 		t.Fatalf("after a quiet spell: shown %v, want %v at once", shown[n:], m.Stable().ID())
 	}
 }
+
+// ShowTicks may be at most StableAfterTicks/2, so that a promotion (a
+// view unchanged for StableAfterTicks) is shown at once.
+func TestShowTicksAtMostHalfStableAfter(t *testing.T) {
+	for _, c := range []struct {
+		show, stableAfter int
+		ok                bool
+	}{
+		{0, 0, true}, {0, 10, true}, {5, 10, true}, {6, 10, false}, {1, 0, false}, {1, 1, false}, {1, 2, true},
+	} {
+		_, err := NewMachine(MachineConfig{Self: ownership.Node{Name: "a"}, Partitions: 1, ShowTicks: c.show, StableAfterTicks: c.stableAfter})
+		if (err == nil) != c.ok {
+			t.Errorf("ShowTicks %d, StableAfterTicks %d: error %v, want ok %v", c.show, c.stableAfter, err, c.ok)
+		}
+	}
+}

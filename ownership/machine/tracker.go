@@ -396,23 +396,26 @@ type syncAsk struct {
 // no member of the view shows it, so asked never holds more entries than
 // the view has members.
 //
-// The one exception, a first ask that waits (noteSteps): a member that
-// showed this node's own stable ID in the last view steps to the next
-// version. That is how a join looks from every member: the members that
-// see the joiner promote the set and re-advertise it in their metadata,
-// and the stable membership itself goes out by gossip at the same moment
-// (ActStable), which a node that knows a quorum of it adopts (heard)
-// without asking anyone. Asked at once, about 0.85 n members of a cluster
-// of n each synced with a whole-state push/pull per join (issue 22, item
-// 4: 9 per join at 10 nodes, 17 at 20; at 15-20 nodes on a loaded machine
-// their burst set off hundreds of false suspicions). So for such an ID
-// the first ask waits one retry wait (RetryTicks, at least a tick) after
-// the step was seen. A node that falls behind in any other way asks at
-// once, as before: one that starts or comes back (no ID or another one of
-// its own), one for which a member jumps more than a version or shows an
-// ID it did not step to from this node's, one that saw a member step
-// before and is still behind (the next step is from an ID not its own):
-// the wait is at most one retry per version of this node's own.
+// The one exception, a first ask that waits (noteSteps): a member in step
+// with this node in the last view (inStep: it showed this node's own
+// stable ID, or an older known one) steps past it. That is how a join
+// looks from every member: the members that see the joiner promote the
+// set and show it in their metadata (ActShow; a burst of joins as its
+// latest, several versions at once), and the stable membership itself
+// goes out by gossip as it changes (ActStable), which a node that knows a
+// quorum of it adopts (heard) without asking anyone. Asked at once, about
+// 0.85 n members of a cluster of n each synced with a whole-state
+// push/pull per join (issue 22, item 4: 9 per join at 10 nodes, 17 at 20;
+// at 15-20 nodes on a loaded machine their burst set off hundreds of false
+// suspicions). So for such an ID the first ask waits one retry wait
+// (RetryTicks, at least a tick) after the step was seen. A node that falls
+// behind in any other way asks at once, as before: one that starts (no ID
+// of its own); one for which a member new to the view, a fresh member (no
+// ID yet) or one that showed another set of this node's version or a
+// newer one shows the ID; one that saw a member step before and is still
+// behind (the next step is from an ID newer than its own). Meanwhile the
+// node is outdated all the same: the wait delays the ask, not the loss of
+// its quorum.
 func (q *tracker) toAsk(now uint64) []string {
 	var names []string
 	for _, a := range q.asks(now) {
@@ -477,7 +480,7 @@ func (q *tracker) noteSteps(now uint64, ids map[string]quorum.StableID) {
 		if _, ok := q.asked[id]; ok {
 			continue
 		}
-		if old, was := q.ids[m]; !was || !inStep(old, own) || id.Version <= own.Version {
+		if !inStep(q.ids[m], own) || id.Version <= own.Version { // a member new to the view shows no ID: not in step
 			continue
 		}
 		// Another member may show id first seen otherwise in this same
@@ -493,12 +496,14 @@ func (q *tracker) noteSteps(now uint64, ids map[string]quorum.StableID) {
 }
 
 // inStep reports whether a member that showed stable ID shown was in step
-// with a node whose own is own: it showed own, or an older version. A
-// member shows a burst of changes as its latest (ShowTicks), so one in
+// with a node whose own is own: it showed own, or an older known version.
+// A member shows a burst of changes as its latest (ShowTicks), so one in
 // step with a node may step several versions past it at once, and one
-// that just caught up may show a version it has already left.
+// that just caught up may show a version it has already left. A fresh
+// member (no ID) is not in step: what it shows first may come from the
+// far side of a split.
 func inStep(shown, own quorum.StableID) bool {
-	return shown == own || shown.Version < own.Version
+	return shown == own || shown.Version > 0 && shown.Version < own.Version
 }
 
 // otherwiseShown reports whether a member of the last view that was not in

@@ -64,8 +64,8 @@ func TestQuorumForgetsWhomItAsked(t *testing.T) {
 		q.setView(now, view[:51], nil)
 		got = q.toAsk(now)
 	}
-	if !slices.Equal(got, []string{view[1].Name}) {
-		t.Fatalf("asked %v, want %s for its newer set", got, view[1].Name)
+	if !slices.Equal(got, []string{view[1].Name}) || now-1 != 5+q.retry {
+		t.Fatalf("asked %v at tick %d, want %s for its newer set at tick %d", got, now-1, view[1].Name, 5+q.retry)
 	}
 	// It stops showing it (it went back or the entry was forged): forgotten.
 	view[1].Stable = q.stable.ID()
@@ -323,8 +323,9 @@ func TestQuorumWaitsForAStepItCanHear(t *testing.T) {
 	// Asked at once, as before: a node with no stable membership yet (it
 	// just started); a member that first shows the newer set without a step
 	// from this node's own (it was not in the view: back from a split or
-	// restarted); a step from another set of this node's version (the
-	// member was on a diverged side); a step while this node is still
+	// restarted); a member's first set, shown after none (it may come from
+	// the far side of a split); a step from another set of this node's
+	// version (the member was on a diverged side); a step while this node is still
 	// behind from an earlier one (the member's last ID was newer than this
 	// node's).
 	for _, c := range []struct {
@@ -336,6 +337,8 @@ func TestQuorumWaitsForAStepItCanHear(t *testing.T) {
 	}{
 		{"no stable yet", quorum.Stable{}, []ViewMember{{Name: "a"}, {Name: "b"}}, []ViewMember{{Name: "a"}, {Name: "b", Stable: newer.ID()}}, true},
 		{"new in the view", old, []ViewMember{{Name: "a", Stable: old.ID()}}, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: newer.ID()}}, true},
+		{"fresh", old, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b"}, {Name: "c", Stable: old.ID()}},
+			[]ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: newer.ID()}, {Name: "c", Stable: old.ID()}}, true},
 		{"diverged", old, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: quorum.NewStable(3, []string{"a", "b", "x"}).ID()}, {Name: "c", Stable: old.ID()}},
 			[]ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: newer.ID()}, {Name: "c", Stable: old.ID()}}, true},
 		{"still behind", old, stepped, []ViewMember{{Name: "a", Stable: old.ID()}, {Name: "b", Stable: quorum.NewStable(4, []string{"a", "b", "c", "e"}).ID()}, {Name: "c", Stable: old.ID()}}, true},
@@ -422,6 +425,15 @@ func TestQuorumTakesTheNextSetAMemberShows(t *testing.T) {
 	view[1].Stable = later.ID()
 	if !q.setView(1, view, nil) || q.stable.ID() != later.ID() || q.outdated || !q.ok {
 		t.Fatalf("stable %v, outdated %v, quorum %v; want %v, not outdated, a quorum", q.stable, q.outdated, q.ok, later)
+	}
+	// Not past MaxStableJump (a forged or corrupt ID), and such a member
+	// does not stop the search: another that shows the set is heard.
+	q = &tracker{self: "a", stableAfter: 5, retry: 4, maxRetry: 16, stable: quorum.NewStable(3, []string{"a", "b", "c"})}
+	far := quorum.StableID{Version: 3 + quorum.MaxStableJump + 1, Hash: later.ID().Hash}
+	v := slices.Clone(view)
+	v[1].Stable, v[2].Stable = far, later.ID()
+	if !q.setView(1, v, nil) || q.stable.ID() != later.ID() {
+		t.Fatalf("stable %v; want %v from c, past b's ID beyond MaxStableJump", q.stable, later)
 	}
 	view[1].Stable = next.ID()
 
