@@ -257,17 +257,17 @@ func (q *tracker) eval(now uint64) bool {
 // shows when it is the one this node would promote next: its own view, at
 // a higher version (within MaxStableJump). Usually one version up; more
 // when the member showed a burst of changes as its latest (ShowTicks) or
-// this node missed one. A join grows the set on every node that sees it; the first
-// to promote shows the new ID in its metadata, and every node that saw
-// the ID before the set's broadcast was outdated, without a quorum until
-// the set reached it, although it held the set's every name: at 200 nodes
-// in the simulator, 166 of 200 lost their quorum in one join and most
-// stepped down, releasing and claiming again partitions the join never
-// moved (issue 22). Only a node that reaches a majority of its own set
-// takes it, from a member it reaches: the quorum it then counts is one it
-// had, and the set is one it would promote itself (at once by the join
-// rule, or once the view holds for StableAfter). A member's
-// metadata outlives the member: taken from one cut off or crashed, with
+// this node missed one. A join grows the set on every node that sees it;
+// the first to promote shows the new ID in its metadata, and every node
+// that saw the ID before the set's broadcast was outdated, without a
+// quorum until the set reached it, although it held the set's every name:
+// at 200 nodes in the simulator, 166 of 200 lost their quorum in one join
+// and most stepped down, releasing and claiming again partitions the join
+// never moved (issue 22). Only a node that reaches a majority of its own
+// set takes it, from a member it reaches: the quorum it then counts is one
+// it had, and the set is one it would promote itself (at once by the join
+// rule, or once the view holds for StableAfter). A member's metadata
+// outlives the member: taken from one cut off or crashed, with
 // no quorum of the old set behind it, the set could give a minority a
 // quorum (a helper's review). In doubt it takes nothing: heard would drop
 // the doubt. The ID names the set by a hash of its names, as a
